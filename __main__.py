@@ -1,0 +1,1 @@
+"""The Pulumi program: reads the stack's config and builds the platform."""

@@ -1,0 +1,1 @@
+"""Pulumi components of the spot training blueprint."""

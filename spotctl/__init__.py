@@ -1,0 +1,1 @@
+"""spotctl: the operations CLI of the spot training blueprint."""

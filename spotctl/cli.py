@@ -1,0 +1,15 @@
+"""spotctl entry point. Each subcommand lives in its own module; heavy imports stay inside them."""
+
+import typer
+
+app = typer.Typer(
+    help="Operate the spot training blueprint: preview, render, drill.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def main() -> None:
+    """Operate the spot training blueprint."""

@@ -1,0 +1,1 @@
+"""spotsafe: the spot-safe training runtime."""
