@@ -2,6 +2,8 @@
 
 import typer
 
+from spotctl import preview
+
 app = typer.Typer(
     help="Operate the spot training blueprint: preview, render, drill.",
     no_args_is_help=True,
@@ -13,3 +15,6 @@ app = typer.Typer(
 @app.callback()
 def main() -> None:
     """Operate the spot training blueprint."""
+
+
+app.command("preview")(preview.command)

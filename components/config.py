@@ -1,0 +1,342 @@
+"""Typed stack configuration: one schema for every cloud, with a section per cloud.
+
+Each top-level field is one Pulumi config key (`spot-training:<field>`) in
+`stacks/Pulumi.<stack>.yaml`. `load_config` turns the raw key/value map into a `StackConfig`, or
+raises `ConfigError` whose message names every failing field path and, for an enumeration, its
+allowed values.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+# Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Object-key prefix: slash-separated segments, no leading/trailing slash, no wildcards.
+KEY_PREFIX = r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*$"
+AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(root|role/.+|user/.+|assumed-role/.+)$"
+CRON = r"^(\S+\s+){4}\S+$"
+TAG_KEY = r"^[A-Za-z0-9 _.:/=+@-]{1,128}$"
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class Model(BaseModel):
+    """Strict base: unknown keys are errors (a typo must never be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+
+class Team(Model):
+    name: str = Field(pattern=DNS_LABEL, description="Team name; also its cost tag value.")
+    namespace: str = Field(pattern=DNS_LABEL, description="Kubernetes namespace of the team.")
+    spot_gpus: NonNegativeInt = Field(description="GPUs the team may use on spot capacity.")
+    on_demand_gpus: NonNegativeInt = Field(description="GPUs the team may use on on-demand.")
+    checkpoint_prefix: str = Field(
+        pattern=KEY_PREFIX, description="Key prefix in the checkpoint bucket owned by the team."
+    )
+
+
+class Alerts(Model):
+    emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = Field(
+        default_factory=list, description="Addresses subscribed to the alert topic."
+    )
+
+
+class ExistingCluster(Model):
+    """Attach to a cluster created elsewhere; the platform adds pools and identities to it."""
+
+    name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+    subnet_ids: list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = Field(
+        min_length=1, description="Private subnets for the node groups, covering every zone."
+    )
+
+
+class NewCluster(Model):
+    """Create the cluster with its VPC (public + private subnet per zone)."""
+
+    name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+    version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    vpc_cidr: str = Field(default="10.0.0.0/16", pattern=r"^10\.\d{1,3}\.0\.0/16$")
+    public_endpoint_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDRs allowed to reach the public API endpoint; empty = private only.",
+    )
+
+
+class ClusterConfig(Model):
+    create: NewCluster | None = None
+    existing: ExistingCluster | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ClusterConfig:
+        if (self.create is None) == (self.existing is None):
+            raise ValueError("set exactly one of 'create' or 'existing'")
+        return self
+
+    @property
+    def name(self) -> str:
+        return (self.create or self.existing).name
+
+
+class ScheduledSize(Model):
+    """One scheduled scaling action (UTC cron, five fields)."""
+
+    name: str = Field(pattern=DNS_LABEL)
+    recurrence: str = Field(pattern=CRON)
+    min_size: NonNegativeInt
+    max_size: NonNegativeInt
+    desired_size: NonNegativeInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ScheduledSize:
+        _check_sizes(self.min_size, self.desired_size, self.max_size)
+        return self
+
+
+class Pool(Model):
+    instance_types: list[Annotated[str, Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")]] = Field(
+        min_length=1
+    )
+    capacity_type: Literal["ON_DEMAND", "SPOT"]
+    min_size: NonNegativeInt
+    max_size: PositiveInt
+    desired_size: NonNegativeInt
+    disk_size_gib: int = Field(default=200, ge=20, le=16384)
+
+    @field_validator("instance_types")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("instance types must be unique")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Pool:
+        _check_sizes(self.min_size, self.desired_size, self.max_size)
+        return self
+
+
+class StablePool(Pool):
+    capacity_type: Literal["ON_DEMAND"] = "ON_DEMAND"
+
+
+class SpotPool(Pool):
+    capacity_type: Literal["SPOT"] = "SPOT"
+    # Diversification is what keeps spot available: one dry type must not starve the pool.
+    instance_types: list[Annotated[str, Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")]] = Field(
+        min_length=3
+    )
+
+
+class BufferPool(Pool):
+    schedule: list[ScheduledSize] = Field(
+        min_length=1, description="Scheduled actions switching the buffer between uses."
+    )
+
+    @field_validator("schedule")
+    @classmethod
+    def _unique_names(cls, value: list[ScheduledSize]) -> list[ScheduledSize]:
+        names = [action.name for action in value]
+        if len(set(names)) != len(names):
+            raise ValueError("schedule action names must be unique")
+        return value
+
+
+class Pools(Model):
+    stable: StablePool
+    spot: SpotPool
+    buffer: BufferPool | None = None
+
+
+class Transition(Model):
+    days: PositiveInt
+    storage_class: Literal["STANDARD_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER"]
+
+
+class CheckpointStorage(Model):
+    bucket_name: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="Fixed bucket name; default: a generated unique name.",
+    )
+    noncurrent_version_days: PositiveInt = 7
+    noncurrent_versions_to_keep: int | None = Field(default=None, ge=1, le=100)
+    abort_multipart_days: PositiveInt = 1
+    transitions: list[Transition] = Field(default_factory=list)
+    kms_deletion_window_days: int = Field(default=30, ge=7, le=30)
+
+    @field_validator("transitions")
+    @classmethod
+    def _increasing(cls, value: list[Transition]) -> list[Transition]:
+        days = [t.days for t in value]
+        if days != sorted(set(days)):
+            raise ValueError("transitions must have strictly increasing days")
+        return value
+
+
+class SpotGpuQuota(Model):
+    """Requested vCPU limits for spot GPU instance families (EC2 Service Quotas)."""
+
+    p_family_vcpus: int | None = Field(default=None, ge=1, description="All P Spot Requests.")
+    g_family_vcpus: int | None = Field(default=None, ge=1, description="All G/VT Spot Requests.")
+
+
+class Principals(Model):
+    """IAM principals allowed to assume each platform role."""
+
+    platform_admin: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(min_length=1)
+    ml_engineer: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(
+        default_factory=list
+    )
+    log_reader: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(default_factory=list)
+
+
+class Alarms(Model):
+    interruptions_per_hour: PositiveInt = Field(
+        default=10, description="Spot interruption warnings per hour that page."
+    )
+    queue_age_seconds: PositiveInt = Field(
+        default=120, description="Oldest unhandled interruption event age that pages."
+    )
+    gpu_idle_percent: int = Field(
+        default=50, ge=1, le=100, description="Average GPU idle share that warns."
+    )
+
+
+class AwsConfig(Model):
+    cluster: ClusterConfig
+    pools: Pools
+    checkpoint_storage: CheckpointStorage = Field(default_factory=CheckpointStorage)
+    spot_gpu_quota: SpotGpuQuota = Field(default_factory=SpotGpuQuota)
+    principals: Principals
+    alarms: Alarms = Field(default_factory=Alarms)
+
+
+CLOUD_SECTIONS = {"aws": "aws"}  # cloud -> section; "gcp" arrives with the GCP components.
+
+
+class StackConfig(Model):
+    """Root of the stack config. A new concern adds one optional section field here."""
+
+    environment: str = Field(pattern=DNS_LABEL, description="Environment name, e.g. dev, prod.")
+    cloud: Literal["aws", "gcp"]
+    region: str
+    zones: list[str] = Field(min_length=1)
+    teams: list[Team] = Field(min_length=1)
+    alerts: Alerts = Field(default_factory=Alerts)
+    cost_tags: dict[Annotated[str, Field(pattern=TAG_KEY)], str] = Field(default_factory=dict)
+    aws: AwsConfig | None = None
+
+    @field_validator("zones")
+    @classmethod
+    def _unique_zones(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("zones must be unique")
+        return value
+
+    @field_validator("cost_tags")
+    @classmethod
+    def _no_reserved_tags(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(set(value) & set(RESERVED_TAGS))
+        if reserved:
+            raise ValueError(f"tags {reserved} are set by the platform; remove them")
+        return value
+
+    @field_validator("teams")
+    @classmethod
+    def _distinct_teams(cls, value: list[Team]) -> list[Team]:
+        for attr in ("name", "namespace", "checkpoint_prefix"):
+            seen = [getattr(team, attr) for team in value]
+            if len(set(seen)) != len(seen):
+                raise ValueError(f"team {attr}s must be unique, got {seen}")
+        prefixes = [team.checkpoint_prefix for team in value]
+        for a in prefixes:
+            for b in prefixes:
+                if a != b and b.startswith(a + "/"):
+                    raise ValueError(f"checkpoint prefix {b!r} lies inside {a!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _cloud_section(self) -> StackConfig:
+        if self.cloud not in CLOUD_SECTIONS:
+            raise ValueError(
+                f"cloud {self.cloud!r} has no components yet; allowed values: "
+                + ", ".join(repr(c) for c in CLOUD_SECTIONS)
+            )
+        if self.cloud == "aws":
+            if self.aws is None:
+                raise ValueError("cloud 'aws' needs the 'aws' section")
+            if not re.match(AWS_REGION, self.region):
+                raise ValueError(f"region {self.region!r} is not an AWS region like 'us-east-1'")
+            outside = [z for z in self.zones if not re.match(rf"^{self.region}[a-z]$", z)]
+            if outside:
+                raise ValueError(f"zones {outside} are not zones of region {self.region!r}")
+        return self
+
+
+# Cost tags the platform sets on every taggable resource.
+RESERVED_TAGS = ("team", "env", "capacity-type")
+
+
+class ConfigError(ValueError):
+    """A stack config that does not validate. `problems` holds (field path, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]], namespace: str = "") -> None:
+        self.problems = problems
+        prefix = f"{namespace}:" if namespace else ""
+        lines = [f"  {prefix}{path}: {message}" for path, message in problems]
+        super().__init__("invalid stack config:\n" + "\n".join(lines))
+
+
+def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
+    """Validate the raw config map (field -> decoded value); raise ConfigError on any problem."""
+    try:
+        return StackConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(
+            [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace
+        ) from None
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif "[" in part:
+            continue  # pydantic's labels such as "[key]" or "function-after[...]" are not paths
+        else:
+            path += f".{part}" if path else part
+    return path or "(root)"
+
+
+def _message(err: dict[str, Any]) -> str:
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return "unknown field (check the spelling against the schema)"
+    if err["type"] == "missing":
+        return "required field is missing"
+    if err["type"] == "string_pattern_mismatch":
+        return f"{err['input']!r} does not match {err['ctx']['pattern']}"
+    return message
+
+
+def _check_sizes(min_size: int, desired: int, max_size: int) -> None:
+    if not min_size <= desired <= max_size:
+        raise ValueError(
+            f"sizes must satisfy min_size <= desired_size <= max_size, got "
+            f"{min_size} <= {desired} <= {max_size}"
+        )

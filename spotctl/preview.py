@@ -1,0 +1,114 @@
+"""`spotctl preview`: an offline plan of a stack on Pulumi's mock engine, no cloud account needed.
+
+As a library: `preview_program(program_dir, stack)` returns every registered resource (components
+included) with the inputs exactly as the engine receives them, for renderers and policy analyzers.
+Each preview runs in its own interpreter (`spotctl.preview_engine`), since Pulumi's runtime state
+is process-global.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The engine's marker for a value not known until the resource exists.
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+@dataclass(frozen=True)
+class PreviewResource:
+    urn: str
+    type: str  # engine type token, e.g. "aws:s3/bucket:Bucket"
+    name: str  # logical name
+    parent: str | None  # parent URN; None for the root stack
+    custom: bool  # False for components (and the root stack)
+    inputs: dict[str, Any]  # engine (camelCase) names, secrets unwrapped, references as URNs
+    outputs: dict[str, Any] = field(default_factory=dict)  # what the mock engine answered
+    dependencies: list[str] = field(default_factory=list)  # URNs
+    provider: str | None = None  # "URN::id" of an explicit provider, None for the default one
+
+
+class PreviewError(Exception):
+    """The program could not be previewed: bad config or stack name (clean message) or a crash."""
+
+    def __init__(self, message: str, crashed: bool = False) -> None:
+        super().__init__(message)
+        self.crashed = crashed
+
+
+def preview_program(
+    program_dir: Path, stack: str, *, warnings_as_errors: bool = False, timeout: float = 300
+) -> list[PreviewResource]:
+    """Run the Pulumi program in `program_dir` with `stack`'s config on the mock engine."""
+    with tempfile.TemporaryDirectory(prefix="spotctl-preview-") as tmp:
+        out = Path(tmp) / "preview.json"
+        flags = ["-W", "error::DeprecationWarning"] if warnings_as_errors else []
+        command = [sys.executable, *flags, "-m", "spotctl.preview_engine"]
+        process = subprocess.run(
+            [*command, str(Path(program_dir).resolve()), stack, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if not out.is_file():
+            raise PreviewError(process.stderr.strip() or "preview engine died", crashed=True)
+        result = json.loads(out.read_text())
+    if "error" in result:
+        raise PreviewError(result["error"], crashed=process.returncode == 1)
+    return [PreviewResource(**resource) for resource in result["resources"]]
+
+
+def resource_tree(resources: list[PreviewResource]) -> str:
+    """The tree `pulumi preview` prints: type, name, plan, children under their parent."""
+    children: dict[str | None, list[PreviewResource]] = {}
+    for resource in resources:
+        children.setdefault(resource.parent, []).append(resource)
+    rows: list[tuple[str, str]] = []
+
+    def walk(parent: str | None, indent: str) -> None:
+        kids = children.get(parent, [])
+        for index, resource in enumerate(kids):
+            last = index == len(kids) - 1
+            branch = "" if parent is None else ("└─ " if last else "├─ ")
+            rows.append((indent + branch + resource.type, resource.name))
+            deeper = "" if parent is None else ("   " if last else "│  ")
+            walk(resource.urn, indent + deeper)
+
+    walk(None, "")
+    width = max([len("Type")] + [len(t) for t, _ in rows]) + 2
+    name_width = max([len("Name")] + [len(n) for _, n in rows]) + 2
+    lines = [f"     {'Type':<{width}}{'Name':<{name_width}}Plan"]
+    lines += [f" +   {t:<{width}}{n:<{name_width}}create" for t, n in rows]
+    lines += ["", "Resources:", f"    + {len(resources)} to create"]
+    return "\n".join(lines)
+
+
+def command(
+    stack: Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")],
+    program: Annotated[
+        Path, typer.Option("--program", help="Directory with Pulumi.yaml (default: this repo).")
+    ] = REPO_ROOT,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write the resources as JSON here.")
+    ] = None,
+) -> None:
+    """Preview a stack offline: the resource tree a `pulumi preview` would show."""
+    try:
+        resources = preview_program(program, stack)
+    except PreviewError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1 if exc.crashed else 2) from None
+    typer.echo(resource_tree(resources))
+    if json_path is not None:
+        keep = ("type", "name", "parent", "inputs")
+        document = {"resources": [{k: asdict(r)[k] for k in keep} for r in resources]}
+        json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
