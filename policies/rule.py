@@ -1,0 +1,72 @@
+"""Policies that also say why they exist (for the README table), with thresholds in config_schema.
+
+Each check is called as `check(args, report_violation, settings)`, where `settings` holds the
+configured thresholds over the schema defaults: the Pulumi CLI fills the defaults in before it
+calls Configure, and a pack started without configuration behaves the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ResourceValidationPolicy,
+    StackValidationPolicy,
+)
+
+MANDATORY = EnforcementLevel.MANDATORY
+ADVISORY = EnforcementLevel.ADVISORY
+
+Check = Callable[[Any, Callable[..., None], Mapping[str, Any]], None]
+
+
+def _policy_args(what: str, check: Check, level: EnforcementLevel, config: Mapping | None) -> dict:
+    config = config or {}
+    defaults = {key: schema["default"] for key, schema in config.items()}
+
+    def validate(args, report_violation) -> None:
+        check(args, report_violation, {**defaults, **(args.get_config() or {})})
+
+    return {
+        "description": what,
+        "validate": validate,
+        "enforcement_level": level,
+        "config_schema": PolicyConfigSchema(properties=dict(config)) if config else None,
+    }
+
+
+class ResourceRule(ResourceValidationPolicy):
+    """A check of one resource at a time (the engine's Analyze call)."""
+
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        why: str,
+        check: Check,
+        level: EnforcementLevel = ADVISORY,
+        config: Mapping[str, dict] | None = None,
+    ) -> None:
+        super().__init__(name=name, **_policy_args(what, check, level, config))
+        self.why = why
+
+
+class StackRule(StackValidationPolicy):
+    """A check over the whole resource graph (the engine's AnalyzeStack call), for rules that
+    span resources: in pulumi-aws v7 a bucket's versioning, lifecycle, encryption and access
+    settings are separate resources."""
+
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        why: str,
+        check: Check,
+        level: EnforcementLevel = ADVISORY,
+        config: Mapping[str, dict] | None = None,
+    ) -> None:
+        super().__init__(name=name, **_policy_args(what, check, level, config))
+        self.why = why
