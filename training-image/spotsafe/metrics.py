@@ -1,11 +1,56 @@
-"""Prometheus metrics of the spotsafe runtime, in the default registry."""
+"""Prometheus metrics of the runtime, on the default registry.
+
+Expose them with ``prometheus_client.start_http_server(port)`` (the example trainer's
+``--metrics-port``). The alert rules in the observability component read these names.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+import time
 
-NOTICES = Counter(
-    "spotsafe_termination_notices_total",
-    "Termination notices received, by source and kind (preemption or rebalance).",
-    ["source", "kind"],
+from prometheus_client import Counter, Gauge, Histogram
+
+_SAVE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+
+last_committed_step = Gauge(
+    "spotsafe_checkpoint_last_committed_step",
+    "Step of the newest checkpoint this process committed or restored",
 )
+last_commit_timestamp = Gauge(
+    "spotsafe_checkpoint_last_commit_timestamp_seconds",
+    "Unix time of the newest commit (or of the checkpoint restored at start)",
+)
+checkpoint_age = Gauge(
+    "spotsafe_checkpoint_age_seconds", "Seconds since the newest committed checkpoint"
+)
+save_duration = Histogram(
+    "spotsafe_checkpoint_save_duration_seconds",
+    "Snapshot to durable commit, per checkpoint",
+    buckets=_SAVE_BUCKETS,
+)
+blocked_duration = Histogram(
+    "spotsafe_checkpoint_blocked_seconds",
+    "Time the training loop was blocked per save (snapshot, plus waiting for a free slot)",
+    buckets=_SAVE_BUCKETS,
+)
+bytes_written = Counter("spotsafe_checkpoint_bytes_total", "Checkpoint bytes written to storage")
+save_failures = Counter(
+    "spotsafe_checkpoint_save_failures_total", "Checkpoint saves that failed", ["reason"]
+)
+corrupt_skipped = Counter(
+    "spotsafe_checkpoint_corrupt_skipped_total",
+    "Committed checkpoints found corrupt at resume and skipped",
+)
+
+
+def record_commit(step: int, at: float | None = None) -> None:
+    last_committed_step.set(step)
+    last_commit_timestamp.set(at if at is not None else time.time())
+
+
+def _age() -> float:
+    last = last_commit_timestamp._value.get()
+    return time.time() - last if last else 0.0
+
+
+checkpoint_age.set_function(_age)

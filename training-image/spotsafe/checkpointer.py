@@ -1,0 +1,358 @@
+"""The Checkpointer: verified, fenced, asynchronous checkpoints with exact resume.
+
+ckpt = Checkpointer("s3://bucket/team/run-7", every_steps=100, keep_last=3)
+state = {"model": model, "optim": optim, "sched": sched, "rng": RNGState(), "data": pos}
+start = (ckpt.restore(state) or 0) + 1
+for step in range(start, steps + 1):
+    train_step()
+    ckpt.maybe_save(step, state)
+ckpt.save(steps, state)
+ckpt.close()
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from spotsafe import metrics
+from spotsafe import state as state_mod
+from spotsafe.config import CheckpointConfig
+from spotsafe.errors import (
+    BucketNotFoundError,
+    CheckpointSaveError,
+    ConfigError,
+    CorruptCheckpointError,
+    ObjectMissingError,
+    StoragePermissionError,
+    SupersededError,
+)
+from spotsafe.fencing import Lease
+from spotsafe.manifest import (
+    Manifest,
+    ObjectEntry,
+    manifest_key,
+    sha256,
+    step_of,
+    step_prefix,
+    verified,
+)
+from spotsafe.retention import Committed, to_delete
+from spotsafe.storage import ObjectStore, open_store
+
+log = logging.getLogger("spotsafe")
+
+STATE_OBJECT = "state.pt"
+# Failures no retry can fix: the next call raises them instead of only reporting them.
+_FATAL = (SupersededError, BucketNotFoundError, StoragePermissionError)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A committed checkpoint that resume did not use, and why."""
+
+    step: int
+    reason: str
+
+
+class Checkpointer:
+    def __init__(self, uri: str, config: CheckpointConfig | None = None, **overrides: Any):
+        unknown = set(overrides) - CheckpointConfig.field_names()
+        if unknown:
+            raise ConfigError(f"unknown checkpoint option(s): {sorted(unknown)}")
+        self.config = replace(config or CheckpointConfig(), **overrides)
+        self.uri = uri
+        self.store: ObjectStore = open_store(
+            uri,
+            max_attempts=self.config.max_attempts,
+            connect_timeout_s=self.config.connect_timeout_s,
+        )
+        self.rank, self.world_size = _distributed_position()
+        self.attempt = self._claim_attempt()
+        self.last_committed_step: int | None = None
+        self.skipped: list[Skipped] = []
+        self._durations: deque[float] = deque(maxlen=5)
+        self._last_save_started = time.monotonic()
+        self._pending: deque[tuple[int, Future]] = deque()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotsafe-save")
+
+    def _claim_attempt(self) -> int:
+        self.lease = Lease(self.store) if self.rank == 0 else None
+        if self.world_size == 1:
+            return self.lease.attempt
+        import torch.distributed as dist
+
+        shared = [self.lease.attempt if self.lease else None]
+        dist.broadcast_object_list(shared, src=0)
+        return shared[0]
+
+    # ---- timing the termination handler relies on -------------------------------------------
+
+    @property
+    def expected_save_s(self) -> float | None:
+        """The slowest of the last five saves (snapshot to durable commit); None before any."""
+        return max(self._durations) if self._durations else None
+
+    # ---- resume ------------------------------------------------------------------------------
+
+    def restore(self, state: Mapping[str, Any]) -> int | None:
+        """Load the newest valid checkpoint into state; its step, or None when there is none.
+
+        Checkpoints are tried newest first. A corrupt one is logged, counted and recorded in
+        ``self.skipped``, never loaded. A newer manifest format or a state that does not fit
+        raises, because falling back to an older checkpoint would silently lose progress.
+        """
+        if self.world_size > 1:
+            from spotsafe import sharded
+
+            return sharded.restore(self, state)
+        for manifest in self.candidates():
+            where = f"{self.uri}/{step_prefix(manifest.step)}"
+            try:
+                if manifest.kind == "dcp":
+                    from spotsafe import sharded
+
+                    sharded.load_into(self, manifest, state)
+                else:
+                    payload = torch.load(
+                        io.BytesIO(self.fetch(manifest, manifest.objects[0])),
+                        map_location="cpu",
+                        weights_only=True,
+                    )
+                    state_mod.load(state, payload, where)
+            except CorruptCheckpointError as e:
+                self.report_corrupt(manifest.step, str(e))
+                continue
+            self._restored(manifest)
+            return manifest.step
+        return None
+
+    def candidates(self) -> list[Manifest]:
+        """Committed manifests, newest first, without those of a superseded lineage."""
+        listing = self.store.list("step-")
+        steps = sorted({s for o in listing if (s := step_of(o.key)) is not None})
+        committed = {o.key for o in listing if o.key.endswith("/manifest.json")}
+        manifests: list[Manifest] = []
+        newest_attempt = 0
+        for step in steps:
+            key = manifest_key(step)
+            if key not in committed:
+                continue
+            try:
+                manifest = Manifest.from_json(self.store.get(key), f"{self.uri}/{key}")
+            except (CorruptCheckpointError, ObjectMissingError) as e:
+                self.report_corrupt(step, str(e))
+                continue
+            if manifest.attempt < newest_attempt:
+                self.skipped.append(
+                    Skipped(step, f"written by superseded attempt {manifest.attempt}")
+                )
+                log.info(
+                    "ignoring step %d: written by superseded attempt %d", step, manifest.attempt
+                )
+                continue
+            newest_attempt = manifest.attempt
+            manifests.append(manifest)
+        return manifests[::-1]
+
+    def fetch(self, manifest: Manifest, entry: ObjectEntry) -> bytes:
+        """One object of a checkpoint, verified against its manifest entry."""
+        key = step_prefix(manifest.step) + entry.key
+        try:
+            data = self.store.get(key)
+        except ObjectMissingError as e:
+            raise CorruptCheckpointError(f"{self.uri}/{key} is missing") from e
+        return verified(entry, data, f"{self.uri}/{key}")
+
+    def report_corrupt(self, step: int, reason: str) -> None:
+        log.warning("skipping corrupt checkpoint at step %d: %s", step, reason)
+        metrics.corrupt_skipped.inc()
+        self.skipped.append(Skipped(step, reason))
+
+    def _restored(self, manifest: Manifest) -> None:
+        self.last_committed_step = manifest.step
+        metrics.record_commit(manifest.step, manifest.created_at)
+        log.info("resumed from step %d (%s)", manifest.step, self.uri)
+
+    # ---- save --------------------------------------------------------------------------------
+
+    def due(self, step: int) -> bool:
+        c = self.config
+        by_step = c.every_steps is not None and step % c.every_steps == 0
+        by_time = (
+            c.every_seconds is not None
+            and time.monotonic() - self._last_save_started >= c.every_seconds
+        )
+        return by_step or by_time
+
+    def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
+        """Save if the step is due. A due save is skipped, not waited for, while the in-flight
+        slots are full (storage slow or down): training goes on. True when a save started."""
+        self._reap(raise_failures=False)
+        if not self.due(step):
+            return False
+        if self.world_size == 1 and len(self._pending) >= self.config.max_in_flight:
+            log.warning(
+                "checkpoint at step %d skipped: %d save(s) still in flight",
+                step,
+                len(self._pending),
+            )
+            return False
+        self.save(step, state)
+        return True
+
+    def save(self, step: int, state: Mapping[str, Any]) -> None:
+        """Snapshot state now and make it durable (in the background when async_save)."""
+        self._reap(raise_failures=False)
+        started = time.monotonic()
+        self._last_save_started = started
+        if self.world_size > 1:
+            from spotsafe import sharded
+
+            sharded.save(self, step, state)
+            self._saved(started, time.monotonic() - started)
+            return
+        while len(self._pending) >= self.config.max_in_flight:
+            self._wait_oldest(raise_failures=False)
+        snap = state_mod.snapshot(state)
+        metrics.blocked_duration.observe(time.monotonic() - started)
+        if self.config.async_save:
+            self._pending.append((step, self._executor.submit(self._write, step, snap, started)))
+        else:
+            self._pending.append((step, _done(self._write, step, snap, started)))
+            self._reap(raise_failures=True)
+
+    def _write(self, step: int, snap: dict[str, Any], started: float) -> None:
+        buffer = io.BytesIO()
+        torch.save(snap, buffer)
+        del snap
+        data = buffer.getbuffer()
+        key = f"attempt-{self.attempt}/{STATE_OBJECT}"
+        entry = ObjectEntry(key, len(data), sha256(data))
+        self.lease.check(f"write step {step}")
+        self.store.put(step_prefix(step) + key, data)
+        self.commit(Manifest(step, self.attempt, 1, "torch", [entry]))
+        self._saved(started, time.monotonic() - started)
+
+    def commit(self, manifest: Manifest) -> None:
+        """Create the manifest (create-only) once every object is durable; then retention."""
+        self.lease.check(f"commit step {manifest.step}")
+        if not self.store.put_if_absent(manifest_key(manifest.step), manifest.to_json()):
+            raise CheckpointSaveError(
+                f"step {manifest.step} is already committed at {self.uri}; "
+                "nothing was overwritten, the next save will try again"
+            )
+        metrics.bytes_written.inc(manifest.total_bytes)
+        metrics.record_commit(manifest.step)
+        self.last_committed_step = manifest.step
+        log.info(
+            "committed step %d (%d bytes) to %s", manifest.step, manifest.total_bytes, self.uri
+        )
+        self._apply_retention(manifest.step)
+
+    def _saved(self, started: float, duration: float) -> None:
+        self._durations.append(duration)
+        metrics.save_duration.observe(duration)
+
+    def _apply_retention(self, newest_valid: int) -> None:
+        c = self.config
+        listing = self.store.list("step-")
+        committed_keys = {o.key for o in listing if o.key.endswith("/manifest.json")}
+        steps = {s for o in listing if (s := step_of(o.key)) is not None}
+        committed = []
+        for step in sorted(steps):
+            if manifest_key(step) in committed_keys:
+                created = time.time()
+                if c.milestone_every and step % c.milestone_every == 0 and c.max_age_s:
+                    raw = self.store.get(manifest_key(step))
+                    created = Manifest.from_json(raw, manifest_key(step)).created_at
+                committed.append(Committed(step, created))
+        doomed = set(
+            to_delete(
+                committed, newest_valid, c.keep_last, c.milestone_every, c.max_age_s, time.time()
+            )
+        )
+        # Leftovers of saves that never committed, older than the newest commit.
+        doomed |= {s for s in steps if s < newest_valid and manifest_key(s) not in committed_keys}
+        if not doomed:
+            return
+        self.lease.check(f"delete steps {sorted(doomed)}")
+        for step in sorted(doomed):
+            keys = [o.key for o in listing if step_of(o.key) == step]
+            # The manifest goes first: a half-deleted checkpoint is then simply uncommitted.
+            keys.sort(key=lambda k: not k.endswith("/manifest.json"))
+            self.store.delete(keys[:1])
+            self.store.delete(keys[1:])
+        log.info("retention deleted steps %s", sorted(doomed))
+
+    # ---- completion and failures -------------------------------------------------------------
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Block until every pending save is durable. Raises CheckpointSaveError if one failed,
+        TimeoutError if they are not all durable within timeout_s."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self._pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step, future = self._pending[0]
+            try:
+                future.exception(timeout=left)
+            except TimeoutError as e:
+                raise TimeoutError(
+                    f"checkpoint at step {step} not durable within {timeout_s:.1f} s"
+                ) from e
+            self._wait_oldest(raise_failures=True)
+
+    def close(self) -> None:
+        """Wait for pending saves, then stop the background worker."""
+        try:
+            self.wait()
+        finally:
+            self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reap(self, raise_failures: bool) -> None:
+        while self._pending and self._pending[0][1].done():
+            self._wait_oldest(raise_failures)
+
+    def _wait_oldest(self, raise_failures: bool) -> None:
+        step, future = self._pending.popleft()
+        error = future.exception()
+        if error is None:
+            return
+        metrics.save_failures.labels(reason=type(error).__name__).inc()
+        log.error("checkpoint at step %d failed: %s", step, error)
+        if raise_failures or isinstance(error, _FATAL):
+            if isinstance(error, _FATAL):
+                raise error
+            raise CheckpointSaveError(f"checkpoint at step {step} failed: {error}") from error
+
+
+def _done(fn: Any, *args: Any) -> Future:
+    """Run fn now; a Future holding its outcome, so sync and async saves share one path."""
+    future: Future = Future()
+    try:
+        future.set_result(fn(*args))
+    except Exception as e:  # noqa: BLE001 - handed to the caller through the future
+        future.set_exception(e)
+    return future
+
+
+def _distributed_position() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1

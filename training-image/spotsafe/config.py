@@ -1,0 +1,58 @@
+"""Checkpointer configuration: one dataclass, one docstring per field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from spotsafe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every_steps: int | None = None
+    """maybe_save() saves when the step is a multiple of this. None: no step cadence."""
+
+    every_seconds: float | None = None
+    """maybe_save() also saves when this long has passed since the last save started."""
+
+    keep_last: int = 3
+    """Retention keeps the newest keep_last checkpoints whatever their age (at least 2, so a
+    corrupt newest one always has a predecessor)."""
+
+    milestone_every: int = 0
+    """Checkpoints at multiples of this step are milestones, kept beyond keep_last. 0: none."""
+
+    max_age_s: float | None = None
+    """Milestones older than this are deleted too. None: milestones are kept forever."""
+
+    async_save: bool = True
+    """Upload in the background; training is blocked only for the in-memory snapshot."""
+
+    max_in_flight: int = 1
+    """Background saves that may be pending at once. save() waits for a slot; maybe_save()
+    skips a due save instead, so training goes on while storage is slow or down."""
+
+    max_attempts: int = 5
+    """Attempts per storage request (exponential backoff with jitter between them)."""
+
+    connect_timeout_s: float = 5.0
+    """Seconds to wait for the storage endpoint to accept a connection."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "every_steps": self.every_steps is None or self.every_steps >= 1,
+            "every_seconds": self.every_seconds is None or self.every_seconds > 0,
+            "keep_last": self.keep_last >= 2,
+            "milestone_every": self.milestone_every >= 0,
+            "max_age_s": self.max_age_s is None or self.max_age_s > 0,
+            "max_in_flight": self.max_in_flight >= 1,
+            "max_attempts": self.max_attempts >= 1,
+            "connect_timeout_s": self.connect_timeout_s > 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ConfigError(f"CheckpointConfig.{name}={getattr(self, name)!r} is invalid")
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
