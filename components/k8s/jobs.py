@@ -188,7 +188,9 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
                 "env": [
                     {
                         "name": "RUN_NAME",
-                        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}},
+                        "valueFrom": {
+                            "fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}
+                        },
                     },
                     {"name": "CHECKPOINT_URI", "value": f"{spec.checkpoint_root}/$(RUN_NAME)"},
                     {"name": "SPOTSAFE_LOCAL_DIR", "value": SCRATCH_DIR},

@@ -1,4 +1,4 @@
-"""Kueue: spot first, then on-demand; one cohort for borrowing between teams; waiting jobs stay alive.
+"""Kueue: spot first, then on-demand; a cohort for borrowing between teams; waiting jobs stay alive.
 
 Kueue assigns flavors by quota. A ClusterQueue lists spot before on-demand, so a workload takes spot
 quota (its own, or idle spot borrowed from the cohort) and moves to on-demand only when spot would
@@ -85,7 +85,7 @@ def kueue_configuration(settings: KueueSettings) -> dict:
             "requeuingStrategy": {
                 # Creation: a requeued run keeps its place in line instead of going to the back.
                 "timestamp": "Creation",
-                # No backoffLimitCount: requeue forever, so spot running dry never deactivates a job.
+                # No backoffLimitCount: requeue forever; a dry spot market never deactivates a job.
                 "backoffBaseSeconds": settings.backoff_base_seconds,
                 "backoffMaxSeconds": settings.backoff_max_seconds,
             },
@@ -126,16 +126,17 @@ def cluster_queue(args: KueueArgs, team: TeamQueue) -> dict:
         "metadata": {"name": team.team, "labels": {"spot-training/team": team.team}},
         "spec": {
             "cohortName": args.settings.cohort,
-            "namespaceSelector": {
-                "matchLabels": {"kubernetes.io/metadata.name": team.namespace}
-            },
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
             "queueingStrategy": "BestEffortFIFO",
             "resourceGroups": [
                 {
                     "coveredResources": ["cpu", "memory", args.gpu_resource],
                     # Order is preference: spot first, on-demand as the fallback.
                     "flavors": [
-                        {"name": SPOT_FLAVOR, "resources": quotas(team.spot_gpus, team.borrow_spot_gpus)},
+                        {
+                            "name": SPOT_FLAVOR,
+                            "resources": quotas(team.spot_gpus, team.borrow_spot_gpus),
+                        },
                         {"name": ON_DEMAND_FLAVOR, "resources": quotas(team.on_demand_gpus, 0)},
                     ],
                 }

@@ -1,4 +1,4 @@
-"""A team's namespace: its quota, container defaults and the service account its training runs as."""
+"""A team's namespace: its quota, container defaults and the service account training runs as."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where a pool's pods may run: the node labels that select the pool and the taints that guard it."""
+"""Where a pool's pods run: the node labels that select the pool and the taints that guard it."""
 
 from __future__ import annotations
 

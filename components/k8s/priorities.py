@@ -1,4 +1,4 @@
-"""PriorityClasses: services are never preempted by training, and preemptible training yields first."""
+"""PriorityClasses: training never preempts services, and preemptible training yields first."""
 
 from __future__ import annotations
 
