@@ -34,12 +34,12 @@ def _check_diversified(args, report_violation, settings) -> None:
     if len(types) < settings["minInstanceTypes"]:
         report_violation(
             f"spot node group '{args.name}' has {len(types)} instance type(s); "
-            f"diversify over at least {settings['minInstanceTypes']}"
+            f"diversify over at least {settings['minInstanceTypes']:g}"
         )
     if len(subnets) < settings["minSubnets"]:
         report_violation(
             f"spot node group '{args.name}' spans {len(subnets)} subnet(s); "
-            f"spread it over at least {settings['minSubnets']} (one per zone)"
+            f"spread it over at least {settings['minSubnets']:g} (one per zone)"
         )
 
 

@@ -76,13 +76,13 @@ def _check_lifecycle(args, report_violation, settings) -> None:
         if not any(days is not None and days <= max_noncurrent for days in noncurrent):
             report_violation(
                 f"bucket '{bucket.name}' needs an enabled lifecycle rule that expires noncurrent "
-                f"versions within {max_noncurrent} days",
+                f"versions within {max_noncurrent:g} days",
                 bucket.urn,
             )
         if not any(days is not None and days <= max_abort for days in abort):
             report_violation(
                 f"bucket '{bucket.name}' needs an enabled lifecycle rule that aborts incomplete "
-                f"multipart uploads within {max_abort} days",
+                f"multipart uploads within {max_abort:g} days",
                 bucket.urn,
             )
 

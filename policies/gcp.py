@@ -41,7 +41,7 @@ def _check_lifecycle(args, report_violation, settings) -> None:
     if not expires_noncurrent:
         report_violation(
             f"GCS bucket '{args.name}' needs a Delete lifecycle rule on noncurrent versions "
-            f"(daysSinceNoncurrentTime <= {settings['maxNoncurrentDays']} or numNewerVersions)"
+            f"(daysSinceNoncurrentTime <= {settings['maxNoncurrentDays']:g} or numNewerVersions)"
         )
     if not aborts_multipart:
         report_violation(

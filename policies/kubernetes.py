@@ -43,7 +43,7 @@ def _check_services_priority(args, report_violation, settings) -> None:
         outranking = [_class_name(c) for c in others if dig(c.props, "value", default=0) >= value]
         if outranking:
             report_violation(
-                f"services PriorityClass '{name}' (value {value}) does not outrank "
+                f"services PriorityClass '{name}' (value {value:g}) does not outrank "
                 f"{', '.join(outranking)}: training could preempt services",
                 service.urn,
             )
@@ -75,8 +75,8 @@ def _check_grace_period(args, report_violation, settings) -> None:
         grace = grace_seconds(pod_spec(job))
         if grace < budget:
             report_violation(
-                f"'{args.name}' tolerates spot with terminationGracePeriodSeconds {grace}, "
-                f"below the {budget} s notice budget: the final checkpoint may be cut off"
+                f"'{args.name}' tolerates spot with terminationGracePeriodSeconds {grace:g}, "
+                f"below the {budget:g} s notice budget: the final checkpoint may be cut off"
             )
 
 

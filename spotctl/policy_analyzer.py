@@ -1,0 +1,396 @@
+"""Runs a policy pack the way the Pulumi CLI does, against previewed resources.
+
+The CLI starts a Python pack through the `pulumi-analyzer-policy-python` shim, which runs
+`python -u -m pulumi.policy ENGINE_ADDRESS .` in the pack directory (with the virtualenv named in
+PulumiPolicy.yaml), with the stack's config in PULUMI_CONFIG and the stack's identity in
+PULUMI_PROJECT / PULUMI_STACK / PULUMI_DRY_RUN. The pack prints the port of its Analyzer gRPC
+server on its first stdout line. The CLI then calls Handshake (optional), GetPluginInfo,
+ConfigureStack, GetAnalyzerInfo, Configure (the policy config: schema defaults, the pack's
+initial config, then the user's --policy-pack-config, validated against each config_schema),
+Analyze for each resource and AnalyzeStack over the whole graph. This module does the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import jsonschema
+import yaml
+from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
+
+from spotctl.preview import PreviewResource
+
+LEVELS = {
+    analyzer_pb2.ADVISORY: "advisory",
+    analyzer_pb2.MANDATORY: "mandatory",
+    analyzer_pb2.REMEDIATE: "remediate",
+    analyzer_pb2.DISABLED: "disabled",
+}
+LEVEL_VALUES = {name: value for value, name in LEVELS.items()}
+START_TIMEOUT_S = 60
+# The Python SDK raises the gRPC limit to 400 MB; a large stack's AnalyzeStack needs it too.
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", 400 * 1024 * 1024)]
+
+
+class PolicyPackError(Exception):
+    """The pack cannot be run as given: no PulumiPolicy.yaml, a bad config, a pack that dies."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    policy: str
+    level: str  # "mandatory" or "advisory"
+    message: str
+    urn: str  # "" for a stack-wide finding
+
+
+@dataclass
+class PolicyReport:
+    pack: str
+    version: str
+    violations: list[Violation] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def mandatory(self) -> list[Violation]:
+        return [v for v in self.violations if v.level == "mandatory"]
+
+
+class _EngineLog(engine_pb2_grpc.EngineServicer):
+    """The engine address a plugin is started with: plugins may log through it."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def Log(self, request, context):  # noqa: N802 (gRPC method name)
+        self.messages.append(f"{request.severity}: {request.message}")
+        return empty_pb2.Empty()
+
+
+def load_pack_project(pack_dir: Path) -> dict[str, Any]:
+    path = pack_dir / "PulumiPolicy.yaml"
+    if not path.is_file():
+        raise PolicyPackError(f"{pack_dir}: no PulumiPolicy.yaml (not a policy pack directory)")
+    try:
+        project = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise PolicyPackError(f"{path}: not valid YAML ({exc})") from None
+    runtime = project.get("runtime") if isinstance(project, dict) else None
+    name = runtime.get("name") if isinstance(runtime, dict) else runtime
+    if name != "python":
+        raise PolicyPackError(f"{path}: runtime must be python (got {name!r})")
+    return project
+
+
+def pack_python(pack_dir: Path, project: Mapping[str, Any]) -> str:
+    """The interpreter the shim would use: the pack's virtualenv, else this one."""
+    runtime = project["runtime"]
+    options = (runtime.get("options") or {}) if isinstance(runtime, dict) else {}
+    virtualenv = options.get("virtualenv")
+    if not virtualenv:
+        return sys.executable
+    python = (pack_dir / virtualenv / "bin" / "python").absolute()
+    if not python.is_file():
+        raise PolicyPackError(
+            f"{pack_dir / 'PulumiPolicy.yaml'}: virtualenv {virtualenv!r} has no bin/python"
+        )
+    return str(python)
+
+
+def to_struct(properties: Mapping[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(json.loads(json.dumps(properties, default=str)))
+    return struct
+
+
+def parse_policy_config(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """--policy-pack-config as the CLI reads it: {policy: level | {enforcementLevel?, ...}}."""
+    parsed = {}
+    for policy, value in document.items():
+        entry = {"enforcementLevel": value} if isinstance(value, str) else value
+        if not isinstance(entry, Mapping):
+            raise PolicyPackError(f"policy config for {policy!r} must be a level or an object")
+        level = entry.get("enforcementLevel")
+        if level is not None and level not in LEVEL_VALUES:
+            raise PolicyPackError(
+                f"policy config for {policy!r}: enforcementLevel {level!r} is not one of "
+                f"{', '.join(LEVEL_VALUES)}"
+            )
+        parsed[policy] = dict(entry)
+    return parsed
+
+
+def reconcile_config(
+    info: analyzer_pb2.AnalyzerInfo, given: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Schema defaults, then the pack's initial config, then the user's; validated per policy."""
+    result: dict[str, dict[str, Any]] = {}
+    schemas: dict[str, dict[str, Any]] = {}
+    for policy in info.policies:
+        schema = json_format.MessageToDict(policy.configSchema)
+        schemas[policy.name] = {"type": "object", **schema}
+        defaults = {
+            key: prop["default"]
+            for key, prop in schema.get("properties", {}).items()
+            if "default" in prop
+        }
+        result[policy.name] = {"enforcementLevel": LEVELS[policy.enforcementLevel], **defaults}
+    initial = {
+        name: {
+            "enforcementLevel": LEVELS[config.enforcementLevel],
+            **json_format.MessageToDict(config.properties),
+        }
+        for name, config in info.initialConfig.items()
+    }
+    unknown = sorted(set(given) - set(result) - {"all"})
+    if unknown:
+        raise PolicyPackError(f"policy config names unknown policies: {', '.join(unknown)}")
+    for layer in (initial, given):
+        if "all" in layer and layer["all"].get("enforcementLevel"):
+            for entry in result.values():
+                entry["enforcementLevel"] = layer["all"]["enforcementLevel"]
+        for name, entry in layer.items():
+            if name in result:
+                result[name].update({k: v for k, v in entry.items() if v is not None})
+    for name, entry in result.items():
+        properties = {k: v for k, v in entry.items() if k != "enforcementLevel"}
+        for error in jsonschema.Draft7Validator(schemas[name]).iter_errors(properties):
+            where = ".".join(map(str, error.absolute_path)) or "(root)"
+            raise PolicyPackError(f"policy config for {name!r} at {where}: {error.message}")
+    return result
+
+
+class PolicyAnalyzer:
+    """One running policy pack process, configured for one stack. Use as a context manager."""
+
+    def __init__(
+        self,
+        pack_dir: Path,
+        *,
+        project: str,
+        stack: str,
+        stack_config: Mapping[str, str] | None = None,
+        policy_config: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.pack_dir = Path(pack_dir).resolve()
+        self.project_file = load_pack_project(self.pack_dir)
+        self.project, self.stack = project, stack
+        self.stack_config = dict(stack_config or {})
+        self.policy_config = dict(policy_config or {})
+        self._engine = _EngineLog()
+        self._engine_server: grpc.Server | None = None
+        self._process: subprocess.Popen | None = None
+        self._channel: grpc.Channel | None = None
+        self._client: analyzer_pb2_grpc.AnalyzerStub | None = None
+        self.info: analyzer_pb2.AnalyzerInfo | None = None
+
+    def __enter__(self) -> PolicyAnalyzer:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        self._engine_server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        engine_pb2_grpc.add_EngineServicer_to_server(self._engine, self._engine_server)
+        engine_port = self._engine_server.add_insecure_port("127.0.0.1:0")
+        self._engine_server.start()
+
+        env = {
+            **os.environ,
+            "PULUMI_PROJECT": self.project,
+            "PULUMI_STACK": self.stack,
+            "PULUMI_DRY_RUN": "true",
+            "PULUMI_ORGANIZATION": "organization",
+        }
+        if self.stack_config:
+            env["PULUMI_CONFIG"] = json.dumps(self.stack_config)
+        command = [
+            pack_python(self.pack_dir, self.project_file),
+            *("-u", "-m", "pulumi.policy", f"127.0.0.1:{engine_port}", "."),
+        ]
+        self._process = subprocess.Popen(
+            command,
+            cwd=self.pack_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        port = self._read_port()
+        self._channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS)
+        grpc.channel_ready_future(self._channel).result(timeout=START_TIMEOUT_S)
+        client = self._client = analyzer_pb2_grpc.AnalyzerStub(self._channel)
+
+        directory = str(self.pack_dir)
+        try:
+            client.Handshake(
+                analyzer_pb2.AnalyzerHandshakeRequest(
+                    engine_address=f"127.0.0.1:{engine_port}",
+                    root_directory=directory,
+                    program_directory=directory,
+                )
+            )
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:  # older packs: fine, as for the CLI
+                raise
+        client.GetPluginInfo(empty_pb2.Empty())
+        configure_stack = analyzer_pb2.AnalyzerStackConfigureRequest(
+            stack=self.stack,
+            project=self.project,
+            organization="organization",
+            dry_run=True,
+            config=to_struct(self.stack_config),
+        )
+        client.ConfigureStack(configure_stack)
+        self.info = client.GetAnalyzerInfo(empty_pb2.Empty())
+        config = reconcile_config(self.info, self.policy_config)
+        client.Configure(
+            analyzer_pb2.ConfigureAnalyzerRequest(
+                policyConfig={name: _policy_config_message(entry) for name, entry in config.items()}
+            )
+        )
+
+    def _read_port(self) -> int:
+        """The first stdout line is the port; a pack that dies first is reported with its stderr."""
+        assert self._process is not None and self._process.stdout is not None
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self._process.stdout.readline()))
+        reader.daemon = True
+        reader.start()
+        reader.join(START_TIMEOUT_S)
+        text = line[0].strip() if line else ""
+        if not text.isdigit():
+            self._process.kill()
+            _, stderr = self._process.communicate(timeout=10)
+            detail = (stderr or text or "no output").strip().splitlines()[-20:]
+            raise PolicyPackError(
+                f"policy pack {self.pack_dir} failed to start:\n" + "\n".join(detail)
+            )
+        return int(text)
+
+    def analyze(self, resources: Iterable[PreviewResource]) -> PolicyReport:
+        resources = list(resources)
+        assert self.info is not None, "use PolicyAnalyzer as a context manager"
+        by_urn = {r.urn: r for r in resources}
+        diagnostics = []
+        for resource in resources:
+            response = self._client.Analyze(
+                analyzer_pb2.AnalyzeRequest(
+                    urn=resource.urn,
+                    type=resource.type,
+                    name=resource.name,
+                    properties=to_struct(resource.inputs),
+                    options=analyzer_pb2.AnalyzerResourceOptions(parent=resource.parent or ""),
+                    provider=self._provider(resource, by_urn),
+                )
+            )
+            # As the CLI does: a resource check's finding belongs to the resource it checked.
+            diagnostics += [_attributed(d, resource.urn) for d in response.diagnostics]
+        stack = analyzer_pb2.AnalyzeStackRequest(
+            resources=[
+                analyzer_pb2.AnalyzerResource(
+                    urn=r.urn,
+                    type=r.type,
+                    name=r.name,
+                    properties=to_struct(r.inputs),
+                    options=analyzer_pb2.AnalyzerResourceOptions(parent=r.parent or ""),
+                    provider=self._provider(r, by_urn),
+                    parent=r.parent or "",
+                    dependencies=r.dependencies,
+                )
+                for r in resources
+            ]
+        )
+        diagnostics += self._client.AnalyzeStack(stack).diagnostics
+        return PolicyReport(
+            pack=self.info.name,
+            version=str(self.project_file.get("version") or self.info.version),
+            violations=[
+                Violation(
+                    policy=d.policyName,
+                    level=LEVELS[d.enforcementLevel],
+                    message=d.message,
+                    urn=d.urn,
+                )
+                for d in diagnostics
+            ],
+            logs=list(self._engine.messages),
+        )
+
+    def _provider(
+        self, resource: PreviewResource, by_urn: Mapping[str, PreviewResource]
+    ) -> analyzer_pb2.AnalyzerProviderResource | None:
+        """The resource's provider as the engine describes it: an explicit provider resource, or
+        the package's default provider, whose inputs are the stack's `<package>:*` config."""
+        if not resource.custom or resource.type.startswith("pulumi:"):
+            return None
+        package = resource.type.split(":")[0]
+        if resource.provider:
+            urn = resource.provider.rsplit("::", 1)[0]
+            explicit = by_urn.get(urn)
+            if explicit is not None:
+                return analyzer_pb2.AnalyzerProviderResource(
+                    urn=explicit.urn,
+                    type=explicit.type,
+                    name=explicit.name,
+                    properties=to_struct(explicit.inputs),
+                )
+        prefix = f"{package}:"
+        inputs = {
+            key[len(prefix) :]: value
+            for key, value in self.stack_config.items()
+            if key.startswith(prefix)
+        }
+        name = "default"
+        return analyzer_pb2.AnalyzerProviderResource(
+            urn=f"urn:pulumi:{self.stack}::{self.project}::pulumi:providers:{package}::{name}",
+            type=f"pulumi:providers:{package}",
+            name=name,
+            properties=to_struct(inputs),
+        )
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.communicate()
+        if self._engine_server is not None:
+            self._engine_server.stop(None)
+
+
+def _policy_config_message(entry: Mapping[str, Any]) -> analyzer_pb2.PolicyConfig:
+    properties = {k: v for k, v in entry.items() if k != "enforcementLevel"}
+    return analyzer_pb2.PolicyConfig(
+        enforcementLevel=LEVEL_VALUES[entry["enforcementLevel"]],
+        properties=to_struct(properties),
+    )
+
+
+def _attributed(
+    diagnostic: analyzer_pb2.AnalyzeDiagnostic, urn: str
+) -> analyzer_pb2.AnalyzeDiagnostic:
+    if not diagnostic.urn:
+        diagnostic.urn = urn
+    return diagnostic
