@@ -47,6 +47,11 @@ class Team(Model):
     checkpoint_prefix: str = Field(
         pattern=KEY_PREFIX, description="Key prefix in the checkpoint bucket owned by the team."
     )
+    service_account: str = Field(
+        default="training",
+        pattern=DNS_LABEL,
+        description="Service account of the team's training pods, bound to its training role.",
+    )
 
 
 class Alerts(Model):

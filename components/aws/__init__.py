@@ -1,0 +1,1 @@
+"""AWS implementation of the platform: EKS, S3, IAM, SQS/EventBridge, CloudWatch."""

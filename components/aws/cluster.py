@@ -1,0 +1,176 @@
+"""The EKS cluster: created with its network, or attached to an existing one.
+
+Either way the component exposes the same outputs: the cluster name, the subnets for node
+groups, and a kubeconfig for a pulumi_kubernetes Provider.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws.network import Network, NetworkArgs
+from components.config import ExistingCluster, NewCluster
+
+# Control-plane logs that answer "who changed what" during an incident.
+CLUSTER_LOG_TYPES = ["api", "audit", "authenticator"]
+EKS_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "eks.amazonaws.com"},
+            "Action": ["sts:AssumeRole", "sts:TagSession"],
+        }
+    ],
+}
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    region: str
+    zones: list[str]
+    create: NewCluster | None = None
+    existing: ExistingCluster | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.create is None) == (self.existing is None):
+            raise ValueError("ClusterArgs: set exactly one of 'create' or 'existing'")
+
+
+class Cluster(pulumi.ComponentResource):
+    name: pulumi.Output[str]
+    arn: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    certificate_authority: pulumi.Output[str]
+    node_subnet_ids: pulumi.Output[list[str]]
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:cluster:Cluster", name, None, opts)
+        if args.create is not None:
+            self._create(name, args, args.create)
+        else:
+            self._attach(args.existing)
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(self.name, self.endpoint, self.certificate_authority).apply(
+                lambda values: kubeconfig(*values, region=args.region)
+            )
+        )
+        self.register_outputs(
+            {
+                "name": self.name,
+                "arn": self.arn,
+                "endpoint": self.endpoint,
+                "node_subnet_ids": self.node_subnet_ids,
+                "kubeconfig": self.kubeconfig,
+            }
+        )
+
+    def _create(self, name: str, args: ClusterArgs, create: NewCluster) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        network = Network(
+            f"{name}-network",
+            NetworkArgs(
+                cluster_name=create.name, zones=args.zones, cidr=create.vpc_cidr, tags=args.tags
+            ),
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=json.dumps(EKS_TRUST),
+            tags=args.tags,
+            opts=child,
+        )
+        attachment = aws.iam.RolePolicyAttachment(
+            f"{name}-role-cluster-policy",
+            role=role.name,
+            policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",
+            opts=child,
+        )
+        secrets_key = aws.kms.Key(
+            f"{name}-secrets",
+            description=f"Envelope encryption of Kubernetes secrets in {create.name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            tags=args.tags,
+            opts=child,
+        )
+        cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=create.name,
+            version=create.version,
+            role_arn=role.arn,
+            vpc_config={
+                "subnet_ids": pulumi.Output.all(
+                    network.private_subnet_ids, network.public_subnet_ids
+                ).apply(lambda ids: ids[0] + ids[1]),
+                "endpoint_private_access": True,
+                "endpoint_public_access": bool(create.public_endpoint_cidrs),
+                "public_access_cidrs": create.public_endpoint_cidrs or None,
+            },
+            access_config={
+                "authentication_mode": "API",
+                "bootstrap_cluster_creator_admin_permissions": True,
+            },
+            encryption_config={"resources": ["secrets"], "provider": {"key_arn": secrets_key.arn}},
+            enabled_cluster_log_types=CLUSTER_LOG_TYPES,
+            upgrade_policy={"support_type": "STANDARD"},
+            tags=args.tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
+        )
+        # Pod Identity is how training pods get their team role; no long-lived keys anywhere.
+        aws.eks.Addon(
+            f"{name}-pod-identity-agent",
+            cluster_name=cluster.name,
+            addon_name="eks-pod-identity-agent",
+            tags=args.tags,
+            opts=child,
+        )
+        self.name, self.arn = cluster.name, cluster.arn
+        self.endpoint = cluster.endpoint
+        self.certificate_authority = cluster.certificate_authority.apply(lambda ca: ca.data)
+        self.node_subnet_ids = network.private_subnet_ids
+
+    def _attach(self, existing: ExistingCluster) -> None:
+        found = aws.eks.get_cluster_output(
+            name=existing.name, opts=pulumi.InvokeOutputOptions(parent=self)
+        )
+        self.name, self.arn = found.name, found.arn
+        self.endpoint = found.endpoint
+        self.certificate_authority = found.certificate_authorities.apply(lambda cas: cas[0].data)
+        self.node_subnet_ids = pulumi.Output.from_input(list(existing.subnet_ids))
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with `aws eks get-token` (short-lived, no stored secret)."""
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
+        }
+    }
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": cluster_name,
+                    "cluster": {"server": endpoint, "certificate-authority-data": ca_data},
+                }
+            ],
+            "users": [{"name": cluster_name, "user": user}],
+            "contexts": [
+                {"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}
+            ],
+            "current-context": cluster_name,
+        }
+    )
