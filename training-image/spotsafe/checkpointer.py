@@ -82,6 +82,7 @@ class Checkpointer:
         self._durations: deque[float] = deque(maxlen=5)
         self._last_save_started = time.monotonic()
         self._pending: deque[tuple[int, Future]] = deque()
+        self._last_failure: tuple[int, BaseException] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotsafe-save")
 
     def _claim_attempt(self) -> int:
@@ -196,7 +197,7 @@ class Checkpointer:
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
         """Save if the step is due. A due save is skipped, not waited for, while the in-flight
         slots are full (storage slow or down): training goes on. True when a save started."""
-        self._reap(raise_failures=False)
+        self._reap()
         if not self.due(step):
             return False
         if self.world_size == 1 and len(self._pending) >= self.config.max_in_flight:
@@ -211,7 +212,7 @@ class Checkpointer:
 
     def save(self, step: int, state: Mapping[str, Any]) -> None:
         """Snapshot state now and make it durable (in the background when async_save)."""
-        self._reap(raise_failures=False)
+        self._reap()
         started = time.monotonic()
         self._last_save_started = started
         if self.world_size > 1:
@@ -221,14 +222,14 @@ class Checkpointer:
             self._saved(started, time.monotonic() - started)
             return
         while len(self._pending) >= self.config.max_in_flight:
-            self._wait_oldest(raise_failures=False)
+            self._wait_oldest()
         snap = state_mod.snapshot(state)
         metrics.blocked_duration.observe(time.monotonic() - started)
         if self.config.async_save:
             self._pending.append((step, self._executor.submit(self._write, step, snap, started)))
         else:
             self._pending.append((step, _done(self._write, step, snap, started)))
-            self._reap(raise_failures=True)
+            self._reap()
 
     def _write(self, step: int, snap: dict[str, Any], started: float) -> None:
         buffer = io.BytesIO()
@@ -244,8 +245,11 @@ class Checkpointer:
 
     def commit(self, manifest: Manifest) -> None:
         """Create the manifest (create-only) once every object is durable; then retention."""
+        key = manifest_key(manifest.step)
         self.lease.check(f"commit step {manifest.step}")
-        if not self.store.put_if_absent(manifest_key(manifest.step), manifest.to_json()):
+        if manifest.step in {s.step for s in self.skipped}:
+            self.store.delete([key])  # resume rejected it (corrupt or stale): never a checkpoint
+        if not self.store.put_if_absent(key, manifest.to_json()):
             raise CheckpointSaveError(
                 f"step {manifest.step} is already committed at {self.uri}; "
                 "nothing was overwritten, the next save will try again"
@@ -308,7 +312,12 @@ class Checkpointer:
                 raise TimeoutError(
                     f"checkpoint at step {step} not durable within {timeout_s:.1f} s"
                 ) from e
-            self._wait_oldest(raise_failures=True)
+            self._wait_oldest()
+        if self._last_failure is not None:
+            step, error = self._last_failure
+            raise CheckpointSaveError(
+                f"the newest checkpoint (step {step}) is not durable: {error}"
+            ) from error
 
     def close(self) -> None:
         """Wait for pending saves, then stop the background worker."""
@@ -323,21 +332,23 @@ class Checkpointer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _reap(self, raise_failures: bool) -> None:
+    def _reap(self) -> None:
         while self._pending and self._pending[0][1].done():
-            self._wait_oldest(raise_failures)
+            self._wait_oldest()
 
-    def _wait_oldest(self, raise_failures: bool) -> None:
+    def _wait_oldest(self) -> None:
+        """Settle the oldest pending save. A failure is logged and counted here, on the training
+        thread's next call; it is raised only when no retry can fix it (training would otherwise
+        go on without checkpoints), and wait() raises while the newest save is not durable."""
         step, future = self._pending.popleft()
         error = future.exception()
+        self._last_failure = None if error is None else (step, error)
         if error is None:
             return
         metrics.save_failures.labels(reason=type(error).__name__).inc()
         log.error("checkpoint at step %d failed: %s", step, error)
-        if raise_failures or isinstance(error, _FATAL):
-            if isinstance(error, _FATAL):
-                raise error
-            raise CheckpointSaveError(f"checkpoint at step {step} failed: {error}") from error
+        if isinstance(error, _FATAL):
+            raise error
 
 
 def _done(fn: Any, *args: Any) -> Future:

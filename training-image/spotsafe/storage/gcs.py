@@ -48,7 +48,7 @@ class GCSStore:
         try:
             yield
         except gexc.NotFound as e:
-            if "bucket" in str(e).lower() and "object" not in str(e).lower():
+            if not self.bucket.exists(retry=self.retry, timeout=self.timeout):
                 raise BucketNotFoundError(
                     f"bucket {self.bucket.name!r} does not exist at {self.endpoint}; "
                     "create it or correct the checkpoint URI"
