@@ -394,3 +394,49 @@ def _attributed(
     if not diagnostic.urn:
         diagnostic.urn = urn
     return diagnostic
+
+
+def check_preview(
+    pack_dir: Path,
+    program_dir: Path,
+    stack: str,
+    resources: Iterable[PreviewResource],
+    policy_config_path: Path | None = None,
+) -> PolicyReport:
+    """The pack's verdict on a previewed stack, with the stack's config as the CLI would pass it."""
+    from spotctl.preview_engine import load_project, stack_config, stack_file
+
+    policy_config = {}
+    if policy_config_path is not None:
+        try:
+            policy_config = parse_policy_config(json.loads(policy_config_path.read_text()))
+        except (OSError, json.JSONDecodeError, AttributeError) as exc:
+            raise PolicyPackError(f"--policy-pack-config {policy_config_path}: {exc}") from None
+    project = load_project(program_dir)
+    config, _ = stack_config(stack_file(program_dir, project, stack), project["name"])
+    with PolicyAnalyzer(
+        pack_dir,
+        project=project["name"],
+        stack=stack,
+        stack_config=config,
+        policy_config=policy_config,
+    ) as analyzer:
+        return analyzer.analyze(resources)
+
+
+def format_report(report: PolicyReport) -> str:
+    """Violations grouped by enforcement level, mandatory first, as `pulumi preview` lists them."""
+    lines = [f"Policies: {report.pack}@v{report.version}"]
+    for level in ("mandatory", "advisory"):
+        found = [v for v in report.violations if v.level == level]
+        if not found:
+            continue
+        lines += ["", f"  {level} ({len(found)}):"]
+        for violation in sorted(found, key=lambda v: (v.policy, v.urn)):
+            where = "::".join(violation.urn.split("::")[-2:]) if violation.urn else "stack"
+            detail = violation.message.splitlines()[-1]
+            lines.append(f"    [{level}] {violation.policy} ({where})")
+            lines.append(f"        {detail}")
+    if not report.violations:
+        lines.append("  no violations")
+    return "\n".join(lines)

@@ -100,6 +100,16 @@ def command(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Also write the resources as JSON here.")
     ] = None,
+    policy_pack: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy-pack", help="Run this policy pack (PulumiPolicy.yaml) as the CLI does."
+        ),
+    ] = None,
+    policy_pack_config: Annotated[
+        Path | None,
+        typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
+    ] = None,
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
     try:
@@ -108,7 +118,26 @@ def command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1 if exc.crashed else 2) from None
     typer.echo(resource_tree(resources))
+    if policy_pack is not None:
+        check_policies(policy_pack, program, stack, resources, policy_pack_config)
     if json_path is not None:
         keep = ("type", "name", "parent", "inputs")
         document = {"resources": [{k: asdict(r)[k] for k in keep} for r in resources]}
         json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+def check_policies(
+    pack: Path, program: Path, stack: str, resources: list[PreviewResource], config: Path | None
+) -> None:
+    """Prints the pack's violations; exit status 3 on a mandatory one, 2 if the pack cannot run."""
+    from spotctl.policy_analyzer import PolicyPackError, check_preview, format_report
+
+    try:
+        report = check_preview(pack, program, stack, resources, config)
+    except PolicyPackError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("")
+    typer.echo(format_report(report))
+    if report.mandatory:
+        raise typer.Exit(3)
