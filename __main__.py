@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from components.aws.cluster import Cluster, ClusterArgs
 from components.aws.iam import (
@@ -25,7 +26,8 @@ from components.aws.nodepools import ManagedNodeGroupPool, ManagedNodeGroupPoolA
 from components.aws.observability import Observability, ObservabilityArgs
 from components.aws.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
-from components.config import ConfigError, StackConfig, load_config
+from components.config import NOTICE_SOURCES, ConfigError, StackConfig, load_config
+from components.k8s.layer import KubernetesLayer, KubernetesLayerArgs
 from components.pools import pool_specs
 from components.tags import cost_tags
 
@@ -171,5 +173,30 @@ def build_aws(settings: StackConfig) -> AwsPlatform:
     return AwsPlatform(cluster, bucket, interruption, team_roles)
 
 
+def build_kubernetes(settings: StackConfig, platform: AwsPlatform) -> None:
+    provider = k8s.Provider(
+        "kubernetes", kubeconfig=platform.cluster.kubeconfig, enable_server_side_apply=True
+    )
+    KubernetesLayer(
+        settings.environment,
+        KubernetesLayerArgs(
+            teams=tuple(settings.teams),
+            settings=settings.kubernetes,
+            checkpoint_roots={
+                team.name: platform.bucket.bucket.apply(
+                    lambda bucket, prefix=team.checkpoint_prefix: f"s3://{bucket}/{prefix}"
+                )
+                for team in settings.teams
+            },
+            notice_seconds=settings.kubernetes.notice_for(settings.cloud),
+            notice_sources=NOTICE_SOURCES[settings.cloud],
+            interruption_queue_url=platform.interruption.queue_url,
+            region=settings.region,
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform.cluster]),
+    )
+
+
 settings = read_stack_config()
 platform = build_aws(settings)
+build_kubernetes(settings, platform)

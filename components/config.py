@@ -233,6 +233,103 @@ class AwsConfig(Model):
 CLOUD_SECTIONS = {"aws": "aws"}  # cloud -> section; "gcp" arrives with the GCP components.
 
 
+# Seconds between a cloud's termination notice and the kill, for pods (GKE: 15 of its 30 s).
+NOTICE_SECONDS = {"aws": 120, "gcp": 15}
+# The notice sources the runtime watches on each cloud, besides SIGTERM.
+NOTICE_SOURCES = {"aws": ("sigterm", "aws"), "gcp": ("sigterm", "gce")}
+DURATION = r"^\d+(s|m|h)$"
+
+
+class KueueConfig(Model):
+    install: bool = Field(
+        default=True, description="Install Kueue (chart 0.19.2) with this config."
+    )
+    cohort: str = Field(default="training", pattern=DNS_LABEL)
+    borrow_spot_gpus: NonNegativeInt = Field(
+        default=0, description="Idle spot GPUs of other teams each team may borrow."
+    )
+    pods_ready_timeout: str = Field(
+        default="10m", pattern=DURATION, description="Admitted but not running: requeue after."
+    )
+    recovery_timeout: str = Field(
+        default="15m", pattern=DURATION, description="A replacement pod not running: requeue after."
+    )
+    backoff_base_seconds: PositiveInt = 60
+    backoff_max_seconds: PositiveInt = 900
+
+
+class JobTemplateConfig(Model):
+    image: str = Field(
+        default="registry.example.com/spot-training/trainer:0.1.0",
+        pattern=r"^[a-z0-9./_-]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$",
+        description="Training image; pin it by tag or digest.",
+    )
+    command: list[str] = Field(
+        default_factory=lambda: [
+            "python",
+            "-m",
+            "spotsafe.examples.train",
+            "--steps",
+            "100000",
+            "--checkpoint-uri",
+            "$(CHECKPOINT_URI)",
+            "--metrics-port",
+            "9400",
+        ],
+        min_length=1,
+    )
+    priority_class: Literal["training-standard", "training-preemptible"] = "training-preemptible"
+    gpus_per_node: int = Field(default=1, ge=0)
+    min_nodes: PositiveInt = 2
+    max_nodes: PositiveInt = 4
+    backoff_limit: NonNegativeInt = Field(
+        default=3, description="Real failures a run may have; preemptions never count."
+    )
+
+    @model_validator(mode="after")
+    def _nodes(self) -> JobTemplateConfig:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"min_nodes {self.min_nodes} exceeds max_nodes {self.max_nodes}")
+        return self
+
+
+class MonitoringConfig(Model):
+    namespace: str = Field(default="monitoring", pattern=DNS_LABEL)
+    prometheus_selector_labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="Labels the Prometheus operator selects rules and monitors by.",
+    )
+    runbook_base_url: str = Field(
+        default="https://github.com/example-org/spot-training-blueprint/blob/main",
+        pattern=r"^https?://\S+$",
+        description="Where the repository's runbooks/ are browsable; alerts link below it.",
+    )
+    on_demand_gpu_hour_usd: float = Field(default=4.10, gt=0)
+    spot_gpu_hour_usd: float = Field(default=1.60, gt=0)
+
+    @model_validator(mode="after")
+    def _prices(self) -> MonitoringConfig:
+        if self.spot_gpu_hour_usd > self.on_demand_gpu_hour_usd:
+            raise ValueError("spot_gpu_hour_usd must not exceed on_demand_gpu_hour_usd")
+        return self
+
+
+class KubernetesConfig(Model):
+    notice_seconds: PositiveInt | None = Field(
+        default=None,
+        description="Pod grace period = the cloud's notice; default AWS 120, GKE 15 (user pods).",
+    )
+    gpu_resource: str = "nvidia.com/gpu"
+    cpu_per_gpu: PositiveInt = Field(default=8, description="CPU quota that comes with a GPU.")
+    memory_gib_per_gpu: PositiveInt = Field(default=64, description="Memory quota per GPU.")
+    kueue: KueueConfig = Field(default_factory=KueueConfig)
+    templates: JobTemplateConfig = Field(default_factory=JobTemplateConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+
+    def notice_for(self, cloud: str) -> int:
+        return self.notice_seconds or NOTICE_SECONDS[cloud]
+
+
 class StackConfig(Model):
     """Root of the stack config. A new concern adds one optional section field here."""
 
@@ -244,6 +341,7 @@ class StackConfig(Model):
     alerts: Alerts = Field(default_factory=Alerts)
     cost_tags: dict[Annotated[str, Field(pattern=TAG_KEY)], str] = Field(default_factory=dict)
     aws: AwsConfig | None = None
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
 
     @field_validator("zones")
     @classmethod

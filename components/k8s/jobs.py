@@ -26,6 +26,7 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTAINER = "trainer"
 SCRATCH_DIR = "/scratch"
 METRICS_PORT = 9400
+METRICS_PORT_NAME = "metrics"
 RENDEZVOUS_PORT = 29400
 # Unprivileged ids above the host's user range, so a container escape maps to no host user.
 RUN_AS_UID = 10001
@@ -46,6 +47,7 @@ class TrainingJobSpec:
     command: tuple[str, ...]
     notice_seconds: int
     spot: Placement
+    notice_sources: tuple[str, ...] = ("sigterm",)
     gpus: int = 1
     cpu: str = "8"
     memory: str = "64Gi"
@@ -193,11 +195,13 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
                         },
                     },
                     {"name": "CHECKPOINT_URI", "value": f"{spec.checkpoint_root}/$(RUN_NAME)"},
-                    {"name": "SPOTSAFE_LOCAL_DIR", "value": SCRATCH_DIR},
-                    {"name": "SPOTSAFE_METRICS_PORT", "value": str(METRICS_PORT)},
-                    {"name": "TMPDIR", "value": "/tmp"},
+                    # The runtime's notice sources, and the SIGTERM deadline it plans its save by.
+                    {"name": "SPOTSAFE_NOTICE_SOURCES", "value": ",".join(spec.notice_sources)},
+                    {"name": "SPOTSAFE_SIGTERM_GRACE_S", "value": str(spec.notice_seconds)},
                 ],
-                "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+                "ports": [
+                    {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}
+                ],
                 "resources": {"requests": resources, "limits": dict(resources)},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -213,7 +217,7 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
             }
         ],
         "volumes": [
-            # The runtime's fast local tier: node-local disk, gone with the pod.
+            # The runtime's fast local tier (file:///scratch/...): node-local, gone with the pod.
             {"name": "scratch", "emptyDir": {"sizeLimit": spec.scratch_size}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
             # Data-loader workers share tensors through /dev/shm.

@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-# The account training pods run as; the cloud binds it to the team's training identity.
-TRAINING_SERVICE_ACCOUNT = "training"
-
 
 @dataclass(frozen=True)
 class TeamNamespaceArgs:
@@ -18,6 +15,8 @@ class TeamNamespaceArgs:
     gpus: int
     cpu: str
     memory: str
+    # The account training pods run as; the cloud binds it to the team's training identity.
+    service_account: str = "training"
     gpu_resource: str = "nvidia.com/gpu"
     # Applied to containers that set no requests or limits themselves.
     default_cpu: str = "500m"
@@ -78,7 +77,7 @@ class TeamNamespace(pulumi.ComponentResource):
         k8s.core.v1.ServiceAccount(
             f"{name}-training-sa",
             metadata={
-                "name": TRAINING_SERVICE_ACCOUNT,
+                "name": args.service_account,
                 "namespace": args.namespace,
                 "labels": labels,
                 "annotations": args.service_account_annotations,

@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    value: str
-    effect: str = "NoSchedule"
-
-    def toleration(self) -> dict:
-        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+from components.pools import CAPACITY_TYPE_LABEL, SPOT_TAINT, Taint
 
 
 @dataclass(frozen=True)
 class Placement:
-    """A node pool as seen by the scheduler: the labels its nodes carry and the taints they bear."""
+    """Capacity as the scheduler sees it: the labels its nodes carry, the taints they bear."""
 
     node_labels: dict[str, str]
-    taints: tuple[Taint, ...] = field(default_factory=tuple)
+    taints: tuple[Taint, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.node_labels:
-            raise ValueError("a placement needs at least one node label to select its pool")
+            raise ValueError("a placement needs at least one node label to select its nodes")
 
     def tolerations(self) -> list[dict]:
-        return [taint.toleration() for taint in self.taints]
+        return [
+            {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+            for t in self.taints
+        ]
 
     def node_selector_term(self) -> dict:
         return {
@@ -36,3 +31,8 @@ class Placement:
                 for key, value in sorted(self.node_labels.items())
             ]
         }
+
+
+# Every spot node, whatever its pool, and every on-demand node (stable, and buffer when it trains).
+SPOT = Placement({CAPACITY_TYPE_LABEL: "spot"}, (SPOT_TAINT,))
+ON_DEMAND = Placement({CAPACITY_TYPE_LABEL: "on-demand"})

@@ -1,0 +1,176 @@
+"""The Grafana dashboard of the platform, as JSON in a ConfigMap that Grafana's sidecar loads.
+
+Sources: the training runtime (spotsafe_*), Kueue (kueue_*, per-flavor usage enabled in its
+configuration), kube-state-metrics (node labels `capacity-type` must be on its label allowlist)
+and the NVIDIA DCGM exporter. Savings price the spot GPU-hours Kueue admitted at the difference
+between the configured on-demand and spot GPU-hour prices.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+UID = "spot-training"
+# Kube-state-metrics names extended resources with underscores.
+KSM_GPU = "nvidia_com_gpu"
+NODE_CAPACITY = "label_capacity_type"
+
+
+@dataclass(frozen=True)
+class DashboardArgs:
+    namespace: str
+    on_demand_gpu_hour_usd: float
+    spot_gpu_hour_usd: float
+    gpu_resource: str = "nvidia.com/gpu"
+    # Labels Grafana's dashboard sidecar selects ConfigMaps by.
+    sidecar_labels: dict[str, str] = field(default_factory=lambda: {"grafana_dashboard": "1"})
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.spot_gpu_hour_usd <= self.on_demand_gpu_hour_usd:
+            raise ValueError(
+                "need 0 <= spot_gpu_hour_usd <= on_demand_gpu_hour_usd, got "
+                f"{self.spot_gpu_hour_usd} and {self.on_demand_gpu_hour_usd}"
+            )
+
+
+def _panel(
+    title: str, targets: list[tuple[str, str]], unit: str, x: int, y: int, kind: str = "timeseries"
+) -> dict:
+    return {
+        "type": kind,
+        "title": title,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"x": x, "y": y, "w": 12, "h": 8},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "targets": [
+            {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
+            for i, (expr, legend) in enumerate(targets)
+        ],
+    }
+
+
+def dashboard(args: DashboardArgs) -> dict:
+    """The dashboard model (Grafana schema 39)."""
+    saving = args.on_demand_gpu_hour_usd - args.spot_gpu_hour_usd
+    spot_gpus = (
+        f'sum(kueue_cluster_queue_resource_usage{{flavor="spot", resource="{args.gpu_resource}"}})'
+    )
+    requested = (
+        f'sum by ({NODE_CAPACITY}) (kube_pod_container_resource_requests{{resource="{KSM_GPU}"}}'
+        f" * on (node) group_left ({NODE_CAPACITY}) kube_node_labels)"
+    )
+    allocatable = (
+        f'sum by ({NODE_CAPACITY}) (kube_node_status_allocatable{{resource="{KSM_GPU}"}}'
+        f" * on (node) group_left ({NODE_CAPACITY}) kube_node_labels)"
+    )
+    panels = [
+        _panel(
+            "Interruption rate (share of training pods preempted, last hour)",
+            [
+                (
+                    "namespace:spot_preempted_pods:count1h / namespace:spot_training_pods:count1h",
+                    "{{namespace}}",
+                )
+            ],
+            "percentunit",
+            0,
+            0,
+        ),
+        _panel(
+            "Accelerator idle share",
+            [("count(DCGM_FI_DEV_GPU_UTIL < 5) / count(DCGM_FI_DEV_GPU_UTIL)", "idle GPUs")],
+            "percentunit",
+            12,
+            0,
+        ),
+        _panel(
+            "Pool utilisation (GPUs requested / allocatable)",
+            [(f"{requested} / {allocatable}", f"{{{{{NODE_CAPACITY}}}}}")],
+            "percentunit",
+            0,
+            8,
+        ),
+        _panel(
+            "Checkpoint age",
+            [
+                (
+                    "max by (namespace, pod) (spotsafe_checkpoint_age_seconds)",
+                    "{{namespace}}/{{pod}}",
+                )
+            ],
+            "s",
+            12,
+            8,
+        ),
+        _panel(
+            "Lost steps (recomputed after resume, last hour)",
+            [("namespace:spotsafe_lost_steps:sum1h", "{{namespace}}")],
+            "short",
+            0,
+            16,
+        ),
+        _panel(
+            "Savings against on-demand",
+            [
+                (f"{spot_gpus} * {saving}", "USD per hour now"),
+                (
+                    f"sum_over_time({spot_gpus}[$__range:5m]) * {saving} * 5 / 60",
+                    "USD over the time range",
+                ),
+            ],
+            "currencyUSD",
+            12,
+            16,
+            kind="stat",
+        ),
+        _panel(
+            "Kueue: pending workloads and on-demand fallback GPUs",
+            [
+                ("sum by (cluster_queue) (kueue_pending_workloads)", "pending {{cluster_queue}}"),
+                (
+                    "sum by (cluster_queue) (kueue_cluster_queue_resource_usage"
+                    f'{{flavor="on-demand", resource="{args.gpu_resource}"}})',
+                    "on-demand GPUs {{cluster_queue}}",
+                ),
+            ],
+            "short",
+            0,
+            24,
+        ),
+    ]
+    return {
+        "uid": UID,
+        "title": "Spot training",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": False,
+        "time": {"from": "now-24h", "to": "now"},
+        "refresh": "1m",
+        "tags": ["spot-training"],
+        "templating": {
+            "list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]
+        },
+        "panels": [{**panel, "id": i + 1} for i, panel in enumerate(panels)],
+    }
+
+
+class Dashboard(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, args: DashboardArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:dashboards:Dashboard", name, None, opts)
+        k8s.core.v1.ConfigMap(
+            f"{name}-configmap",
+            metadata={
+                "name": "spot-training-dashboard",
+                "namespace": args.namespace,
+                "labels": {"app.kubernetes.io/part-of": "spot-training", **args.sidecar_labels},
+            },
+            data={f"{UID}.json": json.dumps(dashboard(args), indent=2, sort_keys=True)},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})

@@ -1,0 +1,64 @@
+"""Per-team training Job templates, kept on the cluster next to the team's queue.
+
+A ConfigMap in the team's namespace holds a ready single-node and multi-node template with the
+team's queue, service account and checkpoint root filled in; `spotctl render` writes them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.k8s.jobs import TrainingJobSpec, multi_node_job, single_node_job
+
+CONFIGMAP = "training-job-templates"
+SINGLE_NODE = "single-node.yaml"
+MULTI_NODE = "multi-node.yaml"
+
+
+@dataclass(frozen=True)
+class JobTemplatesArgs:
+    # Everything but the checkpoint root, which is known only once the bucket exists.
+    spec: TrainingJobSpec
+    checkpoint_root: pulumi.Input[str]
+    min_nodes: int
+    max_nodes: int
+
+
+def template_documents(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> dict[str, str]:
+    """File name -> YAML (multi-document for the multi-node run)."""
+    multi = replace(spec, name=f"{spec.name}-multi")
+    return {
+        SINGLE_NODE: yaml.safe_dump(single_node_job(spec), sort_keys=False),
+        MULTI_NODE: yaml.safe_dump_all(
+            multi_node_job(multi, min_nodes, max_nodes), sort_keys=False
+        ),
+    }
+
+
+class JobTemplates(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, args: JobTemplatesArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:templates:JobTemplates", name, None, opts)
+        # Validate now, not inside the apply where an error would surface late and unclear.
+        template_documents(args.spec, args.min_nodes, args.max_nodes)
+        data = pulumi.Output.from_input(args.checkpoint_root).apply(
+            lambda root: template_documents(
+                replace(args.spec, checkpoint_root=root), args.min_nodes, args.max_nodes
+            )
+        )
+        k8s.core.v1.ConfigMap(
+            f"{name}-configmap",
+            metadata={
+                "name": CONFIGMAP,
+                "namespace": args.spec.namespace,
+                "labels": {"app.kubernetes.io/part-of": "spot-training"},
+            },
+            data=data,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})
