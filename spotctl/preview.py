@@ -46,15 +46,26 @@ class PreviewError(Exception):
 
 
 def preview_program(
-    program_dir: Path, stack: str, *, warnings_as_errors: bool = False, timeout: float = 300
+    program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
 ) -> list[PreviewResource]:
-    """Run the Pulumi program in `program_dir` with `stack`'s config on the mock engine."""
+    """Run the Pulumi program in `program_dir` with `stack`'s config on the mock engine.
+
+    `strict_deprecations` fails the preview on any use of a deprecated provider resource or
+    property (Python DeprecationWarning or engine warning).
+    """
     with tempfile.TemporaryDirectory(prefix="spotctl-preview-") as tmp:
         out = Path(tmp) / "preview.json"
-        flags = ["-W", "error::DeprecationWarning"] if warnings_as_errors else []
-        command = [sys.executable, *flags, "-m", "spotctl.preview_engine"]
+        flags = ["--strict-deprecations"] if strict_deprecations else []
         process = subprocess.run(
-            [*command, str(Path(program_dir).resolve()), stack, str(out)],
+            [
+                sys.executable,
+                "-m",
+                "spotctl.preview_engine",
+                str(Path(program_dir).resolve()),
+                stack,
+                str(out),
+                *flags,
+            ],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -1,7 +1,8 @@
 """Runs one Pulumi program on Pulumi's mock engine and writes what it registered as JSON.
 
 Pulumi's runtime state is process-global, so `spotctl.preview` starts this module in a fresh
-interpreter per preview: `python -m spotctl.preview_engine PROGRAM_DIR STACK OUT_JSON`.
+interpreter per preview:
+`python -m spotctl.preview_engine PROGRAM_DIR STACK OUT_JSON [--strict-deprecations]`.
 Exit status: 0 = previewed, 2 = the program rejected its input (pulumi.RunError, e.g. a config
 error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}.
 
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import runpy
 import sys
 import traceback
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -335,16 +338,47 @@ class RecordingMonitor(mocks.MockMonitor):
         return response
 
 
-def run(program_dir: Path, stack: str) -> list[dict[str, Any]]:
+class Diagnostics(logging.Handler):
+    """Collects what the program logs through the engine (`pulumi.log.*`), as the CLI shows it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append((record.levelname.lower(), record.getMessage()))
+
+
+def strict_deprecations() -> None:
+    """Any use of a deprecated pulumi-aws resource or property becomes an error.
+
+    pulumi-aws also warns at import time about every deprecated class a module defines, whether
+    used or not ("X has been deprecated in favor of Y"); those say nothing about the program.
+    """
+    warnings.filterwarnings("error", category=DeprecationWarning, module=r"pulumi_aws\.")
+    warnings.filterwarnings(
+        "ignore", message=r".* has been deprecated in favor of ", category=DeprecationWarning
+    )
+
+
+def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[str, Any]]:
     project = load_project(program_dir)
     config, secret_keys = stack_config(stack_file(program_dir, project, stack), project["name"])
     main = (program_dir / project.get("main", ".")).resolve()
     os.chdir(program_dir)
     sys.path.insert(0, str(main if main.is_dir() else main.parent))
     pulumi.runtime.set_all_config(config, secret_keys)
+    logger = logging.getLogger("spotctl.preview_engine")
+    logger.propagate = False
+    logger.addHandler(diagnostics)
     monitor = RecordingMonitor(CloudMocks(config.get("aws:region", DEFAULT_REGION)))
     pulumi.runtime.set_mocks(
-        monitor.mocks, project=project["name"], stack=stack, preview=True, monitor=monitor
+        monitor.mocks,
+        project=project["name"],
+        stack=stack,
+        preview=True,
+        logger=logger,
+        monitor=monitor,
     )
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(main), run_name="__main__")))
     return monitor.registrations
@@ -352,12 +386,23 @@ def run(program_dir: Path, stack: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     program_dir, stack, out = Path(argv[0]).resolve(), argv[1], Path(argv[2]).resolve()
+    strict = "--strict-deprecations" in argv[3:]
+    if strict:
+        strict_deprecations()
+    diagnostics = Diagnostics()
     try:
-        result, status = {"resources": run(program_dir, stack)}, 0
+        result, status = {"resources": run(program_dir, stack, diagnostics)}, 0
     except (pulumi.RunError, ProgramInputError) as exc:
         result, status = {"error": str(exc)}, 2
     except Exception:  # noqa: BLE001 - a crashing program is reported, with its traceback
         result, status = {"error": traceback.format_exc()}, 1
+    # As `pulumi preview` does: an error logged by the program fails the preview.
+    failures = [m for level, m in diagnostics.messages if level in ("error", "critical")]
+    if strict:
+        failures += [m for _, m in diagnostics.messages if "deprecated" in m.lower()]
+    if failures and status == 0:
+        result, status = {"error": "\n".join(failures)}, 1
+    result["diagnostics"] = diagnostics.messages
     out.write_text(json.dumps(result))
     return status
 
