@@ -54,3 +54,24 @@ def _age() -> float:
 
 
 checkpoint_age.set_function(_age)
+
+# ---- termination notices (see spotsafe.termination and spotsafe.preemption) ------------------
+
+notices = Counter(
+    "spotsafe_termination_notices_total",
+    "Termination notices received, by source (sigterm, aws, gce) and kind (preemption, rebalance)",
+    ["source", "kind"],
+)
+final_saves = Counter(
+    "spotsafe_final_saves_total",
+    "Final saves after a preemption notice, by whether the measured save time fitted the deadline",
+    ["fits_deadline"],
+)
+lost_steps = Counter(
+    "spotsafe_lost_steps_total",
+    "Steps since the last durable checkpoint when a final save missed its deadline",
+)
+training_step = Gauge("spotsafe_training_step", "Step the training loop last completed")
+resumed_from_step = Gauge(
+    "spotsafe_resumed_from_step", "Step this process resumed from at start; -1 for a fresh start"
+)

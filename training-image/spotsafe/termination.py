@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from spotsafe.errors import EXIT_USAGE, ConfigError
+
 log = logging.getLogger(__name__)
 
 PREEMPTION = "preemption"
@@ -78,13 +80,13 @@ class WatcherConfig:
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sources) - set(SOURCES))
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown notice source(s) {', '.join(unknown)}; choose from {', '.join(SOURCES)}"
             )
         if not 0 < self.aws_poll_s <= AWS_MAX_POLL_S:
-            raise ValueError(f"IMDS poll interval must be in (0, {AWS_MAX_POLL_S:g}] s")
+            raise ConfigError(f"IMDS poll interval must be in (0, {AWS_MAX_POLL_S:g}] s")
         if self.sigterm_grace_s <= 0 or self.gce_notice_s <= 0:
-            raise ValueError("notice budgets must be positive seconds")
+            raise ConfigError("notice budgets must be positive seconds")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> WatcherConfig:
@@ -93,7 +95,7 @@ class WatcherConfig:
             try:
                 return default if raw in (None, "") else float(raw)
             except ValueError:
-                raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+                raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
 
         raw_sources = environ.get("SPOTSAFE_NOTICE_SOURCES", "sigterm")
         return cls(
@@ -154,7 +156,7 @@ class TerminationWatcher:
         while self._inbox:
             notice = self._inbox.popleft()
             arrived.append(notice)
-            metrics.NOTICES.labels(source=notice.source, kind=notice.kind).inc()
+            metrics.notices.labels(source=notice.source, kind=notice.kind).inc()
             left = notice.seconds_left()
             log.warning(
                 "termination notice from %s: %s%s",
@@ -263,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         config = WatcherConfig.from_env()
-    except ValueError as exc:
+    except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     end = None if args.timeout is None else time.monotonic() + args.timeout
     with TerminationWatcher(config) as watcher:
         print(json.dumps({"watching": list(config.sources)}), flush=True)

@@ -6,6 +6,10 @@ It resumes by itself from the newest valid checkpoint, saves every K steps and o
 Its last stdout line is one JSON object: final_step, resumed_from, weights_sha256 (sha256 over
 the final parameters' names and bytes, in parameter order), plus the checkpoints it skipped.
 Tests, the drill and the benchmark all run it.
+
+On a termination notice (spotsafe.termination: SIGTERM, AWS IMDS, GCE metadata) it stops at the
+next step boundary, saves that step, waits until it is durable and exits 75, "preempted, resume
+me"; the JSON then says so. A rebalance recommendation makes it save at once and train on.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from spotsafe import Checkpointer, DataPosition, Extras, RNGState
+from spotsafe import Checkpointer, DataPosition, Extras, RNGState, metrics
 from spotsafe.errors import EXIT_USAGE, SpotsafeError
+from spotsafe.preemption import EXIT_PREEMPTED, PreemptionGuard
 
 # (input width, hidden width, hidden layers, batch size). medium carries ~158 MB of model plus
 # Adam state, enough to make upload time dominate a save.
@@ -98,30 +103,44 @@ def train_step(cfg: TrainConfig, model: nn.Module, state: dict[str, Any]) -> Non
     state["scaler"].step(state["optim"])
     state["scaler"].update()
     state["sched"].step()
-    state["extras"]["loss"] = float(loss)
+    state["extras"]["loss"] = loss.item()
 
 
 def run(
     cfg: TrainConfig,
     should_stop: Callable[[], bool] = lambda: False,
     checkpointer: Checkpointer | None = None,
+    guard: PreemptionGuard | None = None,
 ) -> dict[str, Any]:
-    """Train to cfg.steps, or until should_stop() turns true at a step boundary; then save once
-    more and wait until that save is durable."""
+    """Train to cfg.steps, or until should_stop() turns true or `guard` agrees on a preemption at
+    a step boundary; then save once more and wait until that save is durable."""
     torch.set_num_threads(1)  # bitwise-reproducible CPU kernels, and polite on shared machines
     model, state = make_state(cfg)
     ckpt = checkpointer or Checkpointer(cfg.checkpoint_uri, every_steps=cfg.every_steps)
     resumed_from = ckpt.restore(state)
+    metrics.resumed_from_step.set(-1 if resumed_from is None else resumed_from)
     step, saved_step = resumed_from or 0, resumed_from
     while step < cfg.steps and not should_stop():
         step += 1
         train_step(cfg, model, state)
-        if ckpt.maybe_save(step, state):
+        metrics.training_step.set(step)
+        decision = guard.check() if guard else None
+        if decision and decision.checkpoint_now:
+            ckpt.save(step, state)
             saved_step = step
-    if saved_step != step:
-        ckpt.save(step, state)
-    ckpt.close()
+        elif ckpt.maybe_save(step, state):
+            saved_step = step
+        if decision and decision.stop:
+            break
+    if guard and guard.stopped:
+        final = guard.final_save(ckpt, step, state, saved=saved_step == step)
+    else:
+        final = {}
+        if saved_step != step:
+            ckpt.save(step, state)
+        ckpt.close()
     return {
+        **final,
         "final_step": step,
         "resumed_from": resumed_from,
         "weights_sha256": weights_sha256(model),
@@ -147,18 +166,20 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
 
 def main(argv: list[str] | None = None) -> int:
     cfg, args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("spotsafe").setLevel(logging.INFO)
     if args.metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port)
     try:
-        result = run(cfg)
+        with PreemptionGuard.from_env() as guard:
+            result = run(cfg, guard=guard)
     except SpotsafeError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps(result), flush=True)
-    return 0
+    return EXIT_PREEMPTED if result.get("preempted") else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""The example trainer under a real notice from each source: stop at a step boundary, save that
+step, exit 75; the restart resumes from exactly that step and ends bitwise equal."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import boto3
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from spotsafe.local_metadata import AwsImds, GceMetadata
+from spotsafe.local_servers import LOCAL_AWS_ENV, free_port
+from spotsafe.preemption import EXIT_PREEMPTED
+
+STEPS = 3000
+
+
+def trainer(uri: str, env: dict[str, str], metrics_port: int | None = None) -> subprocess.Popen:
+    args = ["--steps", str(STEPS), "--checkpoint-uri", uri, "--every-steps", "1000"]
+    if metrics_port:
+        args += ["--metrics-port", str(metrics_port)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "spotsafe.examples.train", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def result_of(proc: subprocess.Popen) -> tuple[int, dict, str]:
+    out, err = proc.communicate(timeout=120)
+    assert out.strip(), err
+    return proc.returncode, json.loads(out.strip().splitlines()[-1]), err
+
+
+def wait_for_step(port: int, step: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+        except OSError:
+            time.sleep(0.05)
+            continue
+        for family in text_string_to_metric_families(text.decode()):
+            if family.name == "spotsafe_training_step" and family.samples[0].value >= step:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"trainer never reached step {step}")
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_endpoint: str) -> str:
+    name = f"notices-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name=LOCAL_AWS_ENV["AWS_DEFAULT_REGION"],
+        aws_access_key_id=LOCAL_AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+    )
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def reference_sha(bucket: str, s3_endpoint: str) -> str:
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, **LOCAL_AWS_ENV}
+    code, result, _ = result_of(trainer(f"s3://{bucket}/reference", env))
+    assert code == 0 and result["final_step"] == STEPS
+    return result["weights_sha256"]
+
+
+@pytest.mark.parametrize("source", ["sigterm", "aws", "gce"])
+def test_notice_means_final_save_at_the_stop_step_then_exact_resume(
+    source: str, bucket: str, s3_endpoint: str, reference_sha: str
+) -> None:
+    uri = f"s3://{bucket}/{source}"
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, **LOCAL_AWS_ENV, "SPOTSAFE_NOTICE_SOURCES": source}
+    port = free_port()
+    with AwsImds() as imds, GceMetadata() as gce:
+        env |= {
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url,
+            "SPOTSAFE_IMDS_POLL_S": "0.2",
+            "GCE_METADATA_HOST": gce.url.removeprefix("http://"),
+            "SPOTSAFE_SIGTERM_GRACE_S": "20",
+        }
+        proc = trainer(uri, env, metrics_port=port)
+        wait_for_step(port, 100, proc)
+        noticed = time.time()
+        if source == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        elif source == "aws":
+            imds.announce_interruption(noticed + 20)
+        else:
+            gce.preempt()
+        code, stopped, _ = result_of(proc)
+
+    assert code == EXIT_PREEMPTED
+    assert stopped["preempted"] and stopped["notice_source"] == source
+    assert 100 <= stopped["final_step"] < STEPS
+    assert stopped["fitted_deadline"] is True
+    assert stopped["durable_at"] - noticed < 5, "notice to durable within seconds"
+
+    code, resumed, _ = result_of(trainer(uri, {**env, "SPOTSAFE_NOTICE_SOURCES": "sigterm"}))
+    assert code == 0
+    assert resumed["resumed_from"] == stopped["final_step"], "zero lost steps"
+    assert resumed["weights_sha256"] == reference_sha
+
+
+def test_rebalance_recommendation_saves_at_once_and_trains_on(
+    bucket: str, s3_endpoint: str, reference_sha: str
+) -> None:
+    uri = f"s3://{bucket}/rebalance"
+    port = free_port()
+    with AwsImds() as imds:
+        env = {
+            "AWS_ENDPOINT_URL": s3_endpoint,
+            **LOCAL_AWS_ENV,
+            "SPOTSAFE_NOTICE_SOURCES": "aws",
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url,
+            "SPOTSAFE_IMDS_POLL_S": "0.2",
+        }
+        proc = trainer(uri, env, metrics_port=port)
+        wait_for_step(port, 100, proc)
+        imds.recommend_rebalance()
+        code, result, log = result_of(proc)
+    assert code == 0 and result["final_step"] == STEPS
+    assert result["weights_sha256"] == reference_sha
+    committed = [int(m) for m in re.findall(r"committed step (\d+)", log)]
+    assert [s for s in committed if s % 1000], f"a save off the 1000-step cadence: {committed}"
