@@ -1,0 +1,163 @@
+"""Kubernetes (PriorityClass, spot Jobs) and GCS policies: compliant, violating, missing cases."""
+
+from __future__ import annotations
+
+import pytest
+from spot_policy_cases import PACK_DIR, resource
+
+from spotctl.policy_analyzer import PolicyAnalyzer
+
+PRIORITY = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
+JOB = "kubernetes:batch/v1:Job"
+GCS = "gcp:storage/bucket:Bucket"
+SPOT_TOLERATION = {
+    "key": "capacity-type",
+    "operator": "Equal",
+    "value": "spot",
+    "effect": "NoSchedule",
+}
+IGNORE_DISRUPTION = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+
+
+def priority(name, value, **extra):
+    return resource(PRIORITY, name, {"metadata": {"name": name}, "value": value, **extra})
+
+
+def job(pod=None, rules=(IGNORE_DISRUPTION,), tolerations=(SPOT_TOLERATION,)):
+    pod_spec = {"tolerations": list(tolerations), **(pod or {})}
+    spec = {"template": {"spec": pod_spec}}
+    if rules is not None:
+        spec["podFailurePolicy"] = {"rules": list(rules)}
+    return resource(JOB, "train", {"metadata": {"name": "train"}, "spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("case", "classes", "expected"),
+    [
+        (
+            "compliant",
+            [priority("services-critical", 1000000), priority("training-standard", 1000)],
+            [],
+        ),
+        (
+            "violating: training outranks",
+            [priority("services-critical", 1000), priority("training-standard", 1000)],
+            ["does not outrank training-standard"],
+        ),
+        (
+            "violating: may not preempt",
+            [
+                priority("services-critical", 1000000, preemptionPolicy="Never"),
+                priority("training", 1),
+            ],
+            ["preemptionPolicy Never"],
+        ),
+        (
+            "missing: no value",
+            [priority("services-critical", None), priority("training", 1)],
+            ["does not outrank"],
+        ),
+    ],
+)
+def test_services_priority_not_preemptible(violations, case, classes, expected):
+    found = violations("k8s-services-priority-not-preemptible", *classes)
+    assert len(found) == len(expected) and all(
+        e in m for e, m in zip(expected, found, strict=True)
+    ), case
+
+
+def test_services_class_pattern_is_configurable():
+    config = {"k8s-services-priority-not-preemptible": {"servicesClassPattern": "^platform-"}}
+    classes = [priority("platform-critical", 10), priority("training", 100)]
+    with PolicyAnalyzer(PACK_DIR, project="p", stack="s", policy_config=config) as pack:
+        report = pack.analyze(classes)
+    assert [v.policy for v in report.violations] == ["k8s-services-priority-not-preemptible"]
+
+
+@pytest.mark.parametrize(
+    ("case", "resource_", "violates"),
+    [
+        ("compliant", job(), False),
+        (
+            "violating: disruption counted",
+            job(rules=[{**IGNORE_DISRUPTION, "action": "Count"}]),
+            True,
+        ),
+        (
+            "violating: exit code only",
+            job(rules=[{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [75]}}]),
+            True,
+        ),
+        ("missing: no podFailurePolicy", job(rules=None), True),
+        ("not on spot", job(rules=None, tolerations=()), False),
+        ("tolerates everything", job(rules=None, tolerations=[{"operator": "Exists"}]), True),
+    ],
+)
+def test_spot_job_ignores_disruption(violations, case, resource_, violates):
+    found = violations("k8s-spot-job-ignores-disruption", resource_)
+    assert bool(found) == violates, case
+
+
+def test_spot_cronjob_and_jobset_are_checked_too(violations):
+    job_spec = {"template": {"spec": {"tolerations": [SPOT_TOLERATION]}}}
+    cron = resource(
+        "kubernetes:batch/v1:CronJob", "nightly", {"spec": {"jobTemplate": {"spec": job_spec}}}
+    )
+    jobset = resource(
+        "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet",
+        "multi",
+        {"spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": job_spec}}]}},
+    )
+    assert len(violations("k8s-spot-job-ignores-disruption", cron, jobset)) == 2
+
+
+@pytest.mark.parametrize(
+    ("case", "grace", "violates"),
+    [("compliant", 120, False), ("violating", 60, True), ("missing: default 30 s", None, True)],
+)
+def test_spot_job_grace_period(violations, case, grace, violates):
+    pod = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+    found = violations("k8s-spot-job-grace-period", job(pod=pod))
+    assert bool(found) == violates, case
+    if violates:
+        assert (
+            f"terminationGracePeriodSeconds {grace or 30}, below the 120 s notice budget"
+            in found[0]
+        )
+
+
+GOOD_GCS = {
+    "uniformBucketLevelAccess": True,
+    "versioning": {"enabled": True},
+    "lifecycleRules": [
+        {"action": {"type": "Delete"}, "condition": {"daysSinceNoncurrentTime": 14}},
+        {"action": {"type": "AbortIncompleteMultipartUpload"}, "condition": {"age": 2}},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "violating", "missing"),
+    [
+        (
+            "gcs-bucket-uniform-access",
+            {"uniformBucketLevelAccess": False},
+            "uniformBucketLevelAccess",
+        ),
+        ("gcs-bucket-versioning-enabled", {"versioning": {"enabled": False}}, "versioning"),
+        (
+            "gcs-bucket-lifecycle",
+            {
+                "lifecycleRules": [
+                    {"action": {"type": "Delete"}, "condition": {"daysSinceNoncurrentTime": 400}}
+                ]
+            },
+            "lifecycleRules",
+        ),
+    ],
+)
+def test_gcs_bucket(violations, policy, violating, missing):
+    assert violations(policy, resource(GCS, "ckpt", GOOD_GCS)) == []
+    assert violations(policy, resource(GCS, "ckpt", {**GOOD_GCS, **violating}))
+    without = {k: v for k, v in GOOD_GCS.items() if k != missing}
+    assert violations(policy, resource(GCS, "ckpt", without))
