@@ -259,10 +259,11 @@ class KueueConfig(Model):
 
 
 class JobTemplateConfig(Model):
+    # Pinned by digest: an exact resume needs the exact code that wrote the checkpoint.
     image: str = Field(
-        default="registry.example.com/spot-training/trainer:0.1.0",
-        pattern=r"^[a-z0-9./_-]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$",
-        description="Training image; pin it by tag or digest.",
+        default="registry.example.com/spot-training/trainer:0.1.0@sha256:" + "0" * 64,
+        pattern=r"^[a-z0-9.:/_-]+(:[A-Za-z0-9._-]+)?@sha256:[0-9a-f]{64}$",
+        description="Training image, pinned by digest (the default is a placeholder: set yours).",
     )
     command: list[str] = Field(
         default_factory=lambda: [

@@ -2,7 +2,7 @@
 
 import typer
 
-from spotctl import preview
+from spotctl import preview, render
 
 app = typer.Typer(
     help="Operate the spot training blueprint: preview, render, drill.",
@@ -18,3 +18,4 @@ def main() -> None:
 
 
 app.command("preview")(preview.command)
+app.command("render")(render.command)

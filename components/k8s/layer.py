@@ -62,6 +62,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                         memory=f"{gpus * s.memory_gib_per_gpu}Gi",
                         service_account=team.service_account,
                         gpu_resource=s.gpu_resource,
+                        monitoring_namespace=s.monitoring.namespace,
                     ),
                     child,
                 )

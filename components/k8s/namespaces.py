@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.k8s.jobs import METRICS_PORT_NAME
+
 
 @dataclass(frozen=True)
 class TeamNamespaceArgs:
@@ -22,6 +24,8 @@ class TeamNamespaceArgs:
     default_cpu: str = "500m"
     default_memory: str = "1Gi"
     service_account_annotations: dict[str, str] = field(default_factory=dict)
+    # Prometheus scrapes training pods from here.
+    monitoring_namespace: str = "monitoring"
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -83,6 +87,32 @@ class TeamNamespace(pulumi.ComponentResource):
                 "annotations": args.service_account_annotations,
             },
             automount_service_account_token=False,
+            opts=in_namespace,
+        )
+        # Ranks of a run talk to each other (rendezvous, collectives); from outside, only
+        # Prometheus may reach the pods, on their metrics port.
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-network-policy",
+            metadata={"name": "team-pods", "namespace": args.namespace, "labels": labels},
+            spec={
+                "podSelector": {},
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {"from": [{"podSelector": {}}]},
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchLabels": {
+                                        "kubernetes.io/metadata.name": args.monitoring_namespace
+                                    }
+                                }
+                            }
+                        ],
+                        "ports": [{"port": METRICS_PORT_NAME, "protocol": "TCP"}],
+                    },
+                ],
+            },
             opts=in_namespace,
         )
         self.namespace = namespace.metadata.apply(lambda m: m["name"])

@@ -1,0 +1,233 @@
+"""`spotctl render`: the Kubernetes objects a stack would apply, as YAML for kubectl or review.
+
+Built on the offline preview: a `kubernetes:*` resource's inputs are the object itself. Helm
+releases are written as their pinned chart, version, repository and values (for `helm upgrade
+--install`), and the training Job templates held in each team's template ConfigMap are written
+out as files of their own. `--validate` checks built-in kinds with kubernetes-validate (strict)
+and custom resources against the CRDs found under each `--crds` directory.
+
+Layout of OUT:
+  manifests/NNN-<kind>-<namespace>-<name>.yaml   numbered in apply order
+  helm/<release>/release.yaml, helm/<release>/values.yaml
+  templates/<namespace>/<template>.yaml
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from spotctl.preview import REPO_ROOT, UNKNOWN, PreviewError, preview_program
+
+KUBERNETES_VERSION = "1.33"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+TEMPLATES_CONFIGMAP = "training-job-templates"
+# Apply order: what others live in or refer to comes first; custom resources after their CRDs.
+KIND_ORDER = (
+    "Namespace",
+    "PriorityClass",
+    "ServiceAccount",
+    "ResourceQuota",
+    "LimitRange",
+    "ConfigMap",
+    "Service",
+    "Cohort",
+    "ResourceFlavor",
+    "ClusterQueue",
+    "LocalQueue",
+)
+
+
+class RenderError(Exception):
+    """The stack cannot be rendered (preview failed, or a value is unknown before deploy)."""
+
+
+@dataclass
+class Rendered:
+    objects: list[dict] = field(default_factory=list)
+    releases: list[dict] = field(default_factory=list)
+    # (namespace, file name) -> the template's objects
+    templates: dict[tuple[str, str], list[dict]] = field(default_factory=dict)
+
+    def all_objects(self) -> list[dict]:
+        return self.objects + [obj for docs in self.templates.values() for obj in docs]
+
+
+def render_stack(program_dir: Path, stack: str) -> Rendered:
+    try:
+        resources = preview_program(program_dir, stack)
+    except PreviewError as exc:
+        raise RenderError(str(exc)) from None
+    rendered = Rendered()
+    for resource in resources:
+        if not resource.custom or not resource.type.startswith("kubernetes:"):
+            continue
+        inputs = _plain(resource.inputs, f"{resource.type} {resource.name}")
+        if resource.type == HELM_RELEASE:
+            rendered.releases.append(_release(inputs))
+        else:
+            rendered.objects.append(inputs)
+    rendered.objects.sort(key=_apply_rank)
+    for obj in rendered.objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == TEMPLATES_CONFIGMAP:
+            namespace = obj["metadata"]["namespace"]
+            for file_name, text in sorted(obj.get("data", {}).items()):
+                docs = [doc for doc in yaml.safe_load_all(text) if doc]
+                rendered.templates[(namespace, file_name)] = docs
+    return rendered
+
+
+def write(rendered: Rendered, out: Path) -> list[Path]:
+    written = []
+
+    def put(path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+
+    for index, obj in enumerate(rendered.objects, start=1):
+        meta = obj["metadata"]
+        parts = [obj["kind"].lower(), meta.get("namespace"), meta["name"]]
+        stem = "-".join(part for part in parts if part)
+        put(out / "manifests" / f"{index * 10:03d}-{stem}.yaml", _dump(obj))
+    for release in rendered.releases:
+        folder = out / "helm" / release["name"]
+        values = release["values"]
+        put(folder / "release.yaml", _dump({k: v for k, v in release.items() if k != "values"}))
+        put(folder / "values.yaml", _dump(values))
+    for (namespace, file_name), docs in sorted(rendered.templates.items()):
+        put(out / "templates" / namespace / file_name, yaml.safe_dump_all(docs, sort_keys=False))
+    return written
+
+
+def validate(
+    objects: Iterable[dict], kubernetes_version: str, crd_dirs: Iterable[Path] = ()
+) -> tuple[list[str], list[str]]:
+    """(problems, kinds left unvalidated). Built-in kinds: kubernetes-validate, strict."""
+    import jsonschema
+    import kubernetes_validate
+
+    schemas = crd_schemas(crd_dirs)
+    problems, unvalidated = [], []
+    for obj in objects:
+        where = f"{obj.get('kind')} {obj.get('metadata', {}).get('namespace', '')}/" + str(
+            obj.get("metadata", {}).get("name")
+        )
+        schema = schemas.get((obj.get("apiVersion"), obj.get("kind")))
+        if schema is not None:
+            validator = jsonschema.Draft7Validator(schema)
+            problems += [
+                f"{where}: {'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+                for e in validator.iter_errors(obj)
+            ]
+            continue
+        try:
+            kubernetes_validate.validate(obj, kubernetes_version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            unvalidated.append(f"{obj.get('apiVersion')} {obj.get('kind')}")
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(map(str, exc.path)) or "(root)"
+            problems.append(f"{where}: {path}: {exc.message}")
+    return problems, sorted(set(unvalidated))
+
+
+def crd_schemas(crd_dirs: Iterable[Path]) -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> openAPIV3Schema of every served version of the CRDs found."""
+    schemas = {}
+    for folder in crd_dirs:
+        for path in sorted(Path(folder).rglob("*.y*ml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                spec = doc["spec"]
+                for version in spec["versions"]:
+                    if version.get("served"):
+                        key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+                        schemas[key] = version["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+def _apply_rank(obj: dict) -> tuple[int, str, str]:
+    kind = obj["kind"]
+    rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+    return rank, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _release(inputs: dict) -> dict:
+    return {
+        "name": inputs["name"],
+        "chart": inputs["chart"],
+        "version": inputs["version"],
+        "repository": inputs.get("repositoryOpts", {}).get("repo"),
+        "namespace": inputs["namespace"],
+        "values": inputs.get("values", {}),
+    }
+
+
+def _plain(value: Any, where: str) -> Any:
+    """JSON numbers come back as floats; Kubernetes integers must stay integers."""
+    if isinstance(value, dict):
+        return {k: _plain(v, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, where) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if value == UNKNOWN:
+        raise RenderError(f"{where}: a value is not known until deploy; cannot render it")
+    return value
+
+
+def _dump(obj: dict) -> str:
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+def command(
+    stack: Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.")],
+    program: Annotated[
+        Path, typer.Option("--program", help="Directory with Pulumi.yaml (default: this repo).")
+    ] = REPO_ROOT,
+    check: Annotated[
+        bool, typer.Option("--validate", help="Validate every object; exit 4 on a problem.")
+    ] = False,
+    kubernetes_version: Annotated[
+        str, typer.Option("--kubernetes-version", help="Kubernetes version to validate for.")
+    ] = KUBERNETES_VERSION,
+    crds: Annotated[
+        list[Path] | None,
+        typer.Option("--crds", help="Directory of CRD YAML to validate custom resources with."),
+    ] = None,
+) -> None:
+    """Write every Kubernetes object the stack would apply, plus its training Job templates."""
+    if out.exists() and not out.is_dir():
+        typer.echo(f"error: --out {out} exists and is not a directory", err=True)
+        raise typer.Exit(2)
+    try:
+        rendered = render_stack(program, stack)
+    except RenderError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    written = write(rendered, out)
+    typer.echo(
+        f"wrote {len(written)} files to {out}: {len(rendered.objects)} objects, "
+        f"{len(rendered.releases)} Helm releases, {len(rendered.templates)} Job templates"
+    )
+    if not check:
+        return
+    missing = [str(d) for d in crds or [] if not d.is_dir()]
+    if missing:
+        typer.echo(f"error: --crds directory not found: {', '.join(missing)}", err=True)
+        raise typer.Exit(2)
+    problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+    for kind in unvalidated:
+        typer.echo(f"not validated (no schema; pass its CRD with --crds): {kind}")
+    for problem in problems:
+        typer.echo(f"invalid: {problem}", err=True)
+    if problems:
+        raise typer.Exit(4)
+    typer.echo(f"all validated objects are valid for Kubernetes {kubernetes_version}")
