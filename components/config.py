@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -28,6 +29,9 @@ AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(root|role/.+|user/.+|assumed-role/.+)$"
 CRON = r"^(\S+\s+){4}\S+$"
 TAG_KEY = r"^[A-Za-z0-9 _.:/=+@-]{1,128}$"
+
+# Labels pydantic adds to error locations, e.g. "function-after[_check(), Pool]".
+PYDANTIC_LABEL = re.compile(r"^(function-[a-z]+|[a-z]+-union|tagged-union)\[")
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -341,14 +345,37 @@ class StackConfig(Model):
     teams: list[Team] = Field(min_length=1)
     alerts: Alerts = Field(default_factory=Alerts)
     cost_tags: dict[Annotated[str, Field(pattern=TAG_KEY)], str] = Field(default_factory=dict)
-    aws: AwsConfig | None = None
+    aws: AwsConfig | None = Field(default=None, validate_default=True)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+
+    # Fields validate in declaration order, so each check below sees the fields above it.
+    @field_validator("cloud")
+    @classmethod
+    def _cloud_has_components(cls, value: str) -> str:
+        if value not in CLOUD_SECTIONS:
+            raise ValueError(
+                f"cloud {value!r} has no components yet; allowed values: "
+                + ", ".join(repr(c) for c in CLOUD_SECTIONS)
+            )
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region_of_cloud(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("cloud") == "aws" and not re.match(AWS_REGION, value):
+            raise ValueError(f"{value!r} is not an AWS region like 'us-east-1'")
+        return value
 
     @field_validator("zones")
     @classmethod
-    def _unique_zones(cls, value: list[str]) -> list[str]:
+    def _zones_of_region(cls, value: list[str], info: ValidationInfo) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("zones must be unique")
+        region = info.data.get("region")
+        if info.data.get("cloud") == "aws" and region:
+            outside = [z for z in value if not re.match(rf"^{re.escape(region)}[a-z]$", z)]
+            if outside:
+                raise ValueError(f"zones {outside} are not zones of region {region!r}")
         return value
 
     @field_validator("cost_tags")
@@ -373,22 +400,12 @@ class StackConfig(Model):
                     raise ValueError(f"checkpoint prefix {b!r} lies inside {a!r}")
         return value
 
-    @model_validator(mode="after")
-    def _cloud_section(self) -> StackConfig:
-        if self.cloud not in CLOUD_SECTIONS:
-            raise ValueError(
-                f"cloud {self.cloud!r} has no components yet; allowed values: "
-                + ", ".join(repr(c) for c in CLOUD_SECTIONS)
-            )
-        if self.cloud == "aws":
-            if self.aws is None:
-                raise ValueError("cloud 'aws' needs the 'aws' section")
-            if not re.match(AWS_REGION, self.region):
-                raise ValueError(f"region {self.region!r} is not an AWS region like 'us-east-1'")
-            outside = [z for z in self.zones if not re.match(rf"^{self.region}[a-z]$", z)]
-            if outside:
-                raise ValueError(f"zones {outside} are not zones of region {self.region!r}")
-        return self
+    @field_validator("aws")
+    @classmethod
+    def _section_of_cloud(cls, value: AwsConfig | None, info: ValidationInfo) -> AwsConfig | None:
+        if info.data.get("cloud") == "aws" and value is None:
+            raise ValueError("cloud 'aws' needs this section")
+        return value
 
 
 # Cost tags the platform sets on every taggable resource.
@@ -416,14 +433,17 @@ def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
 
 
 def _path(loc: tuple[str | int, ...]) -> str:
+    """pydantic's error location as the user wrote it: `teams[0].name`, `cost_tags['a b']`."""
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif "[" in part:
-            continue  # pydantic's labels such as "[key]" or "function-after[...]" are not paths
-        else:
+        elif part == "[key]" or PYDANTIC_LABEL.match(part):
+            continue  # pydantic's own labels, not part of the user's document
+        elif re.fullmatch(r"[A-Za-z0-9_-]+", part):
             path += f".{part}" if path else part
+        else:
+            path += f"[{part!r}]"
     return path or "(root)"
 
 

@@ -1,0 +1,198 @@
+"""The stack config schema: valid stacks load, bad input gets a clear error naming the field."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import STACKS, stack_values
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from components.config import ConfigError, StackConfig, load_config
+
+SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_repository_stacks_validate(stack):
+    config = load_config(stack_values(stack))
+    assert config.cloud == "aws" and config.aws is not None
+
+
+def test_prod_has_three_zones_and_two_teams():
+    config = load_config(stack_values("prod"))
+    assert len(config.zones) == 3 and len(config.teams) >= 2
+
+
+def _set(tree: dict, path: list, value) -> dict:
+    tree = copy.deepcopy(tree)
+    node = tree
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return tree
+
+
+def _error(values: dict) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        load_config(values, namespace="spot-training")
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (["aws", "pools", "spot", "capacity_type"], "ON_DEMAND", "'SPOT'"),
+        (["aws", "pools", "stable", "capacity_type"], "SPOT", "'ON_DEMAND'"),
+        (["aws", "pools", "spot", "instance_types"], ["g5.xlarge", "g6.xlarge"], "at least 3"),
+        (["aws", "pools", "spot", "min_size"], 5, "min_size <= desired_size <= max_size"),
+        (["teams", 0, "namespace"], "Team_A", "does not match"),
+        (["aws", "checkpoint_storage", "abort_multipart_days"], 0, "greater than or equal to 1"),
+        (
+            ["aws", "checkpoint_storage", "transitions"],
+            [{"days": 30, "storage_class": "DEEP_FREEZE"}],
+            "'STANDARD_IA', 'INTELLIGENT_TIERING', 'GLACIER_IR' or 'GLACIER'",
+        ),
+        (["zones"], ["us-east-1a", "eu-west-1b"], "not zones of region 'us-east-1'"),
+        (["cost_tags"], {"team": "x"}, "set by the platform"),
+        (["aws", "principals", "platform_admin"], ["*"], "does not match"),
+    ],
+)
+def test_error_names_field_path_and_allowed_values(path, value, expected):
+    error = _error(_set(stack_values("dev"), path, value))
+    dotted = ".".join(str(p) for p in path if not isinstance(p, int))
+    text = str(error)
+    assert expected in text
+    assert any(dotted.split(".")[0] in problem_path for problem_path, _ in error.problems)
+    assert text.startswith("invalid stack config:")
+    assert "spot-training:" in text
+
+
+def test_unknown_field_is_named():
+    values = stack_values("dev")
+    values["aws"]["pools"]["spot"]["instance_type"] = "g5.xlarge"
+    error = _error(values)
+    unknown = "unknown field (check the spelling against the schema)"
+    assert ("aws.pools.spot.instance_type", unknown) in error.problems
+
+
+def test_cloud_without_components_is_reported_with_allowed_values():
+    error = _error(_set(stack_values("dev"), ["cloud"], "gcp"))
+    assert "cloud 'gcp' has no components yet; allowed values: 'aws'" in str(error)
+    error = _error(_set(stack_values("dev"), ["cloud"], "azure"))
+    assert error.problems == [("cloud", "Input should be 'aws' or 'gcp'")]
+
+
+def test_missing_cloud_section_and_both_cluster_modes():
+    values = stack_values("dev")
+    del values["aws"]
+    assert ("aws", "cloud 'aws' needs this section") in _error(values).problems
+    existing = {"name": "shared", "subnet_ids": ["subnet-0123456789abcdef0"]}
+    values = _set(stack_values("dev"), ["aws", "cluster", "existing"], existing)
+    assert ("aws.cluster", "set exactly one of 'create' or 'existing'") in _error(values).problems
+
+
+def test_odd_keys_are_quoted_in_the_path():
+    values = stack_values("dev")
+    values["cost_tags"]["bad key!"] = "x"
+    values["a.b"] = 1
+    problems = dict(_error(values).problems)
+    assert "cost_tags['bad key!']" in problems
+    assert problems["['a.b']"].startswith("unknown field")
+
+
+def test_overlapping_team_prefixes_are_rejected():
+    values = stack_values("prod")
+    values["teams"][1]["checkpoint_prefix"] = "teams/vision/nested"
+    assert "lies inside 'teams/vision'" in str(_error(values))
+
+
+# --- fuzzing: any mutation of a valid config gives a StackConfig or a ConfigError naming a path.
+
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**6), max_value=10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.lists(st.text(max_size=5), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+def _paths(tree, prefix=()):
+    yield prefix
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(tree, list):
+        for index, value in enumerate(tree):
+            yield from _paths(value, (*prefix, index))
+
+
+@st.composite
+def mutated_configs(draw):
+    values = stack_values(draw(st.sampled_from(STACKS)))
+    paths = [p for p in _paths(values) if p]
+    path = draw(st.sampled_from(paths))
+    action = draw(st.sampled_from(["replace", "delete", "add"]))
+    parent = values
+    for key in path[:-1]:
+        parent = parent[key]
+    if action == "delete":
+        del parent[path[-1]]
+    elif action == "add" and isinstance(parent, dict):
+        key = draw(st.text(min_size=1, max_size=8))
+        parent[key] = draw(JUNK)
+        path = (*path[:-1], key)
+    else:
+        parent[path[-1]] = draw(JUNK)
+    return values, path
+
+
+def _related(problem_path: str, mutated: tuple) -> bool:
+    top = str(mutated[0])
+    return problem_path == top or problem_path.startswith((f"{top}.", f"{top}[", f"[{top!r}]"))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_configs())
+def test_fuzzed_configs_never_escape_as_tracebacks(case):
+    values, path = case
+    try:
+        config = load_config(values, namespace="spot-training")
+    except ConfigError as error:
+        assert error.problems, "a ConfigError must list its problems"
+        for problem_path, message in error.problems:
+            assert problem_path and message
+        assert any(_related(p, path) for p, _ in error.problems), (path, error.problems)
+        assert "Traceback" not in str(error)
+    else:
+        assert isinstance(config, StackConfig)
+
+
+def test_cli_reports_config_error_without_traceback(program_copy):
+    values = _set(stack_values("dev"), ["aws", "pools", "spot", "instance_types"], ["g5.xlarge"])
+    program = program_copy("broken", values)
+    result = subprocess.run(
+        [SPOTCTL, "preview", "--stack", "broken", "--program", str(program)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "spot-training:aws.pools.spot.instance_types" in result.stderr
+    assert "at least 3" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_cli_reports_unknown_stack(tmp_path):
+    result = subprocess.run(
+        [SPOTCTL, "preview", "--stack", "nope"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert "no stack 'nope'" in result.stderr and "dev" in result.stderr
