@@ -9,6 +9,8 @@ from policies.inputs import as_list, dig
 
 # Pods default to 30 s when terminationGracePeriodSeconds is unset.
 DEFAULT_GRACE_SECONDS = 30
+# The runtime's "preempted, resume me" exit status (EX_TEMPFAIL).
+PREEMPTED_EXIT_CODE = 75
 
 
 def tolerates_spot(pod_spec: Mapping) -> bool:
@@ -37,6 +39,19 @@ def ignores_disruption(job_spec: Mapping) -> bool:
                 and dig(condition, "status", default="True") == "True"
             ):
                 return True
+    return False
+
+
+def ignores_preempted_exit(job_spec: Mapping) -> bool:
+    """podFailurePolicy Ignores the runtime's "preempted, resume me" exit status."""
+    for rule in as_list(dig(job_spec, "podFailurePolicy", "rules")):
+        exit_codes = dig(rule, "onExitCodes", default={})
+        if (
+            dig(rule, "action") == "Ignore"
+            and dig(exit_codes, "operator") == "In"
+            and PREEMPTED_EXIT_CODE in as_list(dig(exit_codes, "values"))
+        ):
+            return True
     return False
 
 

@@ -1,0 +1,94 @@
+"""The CKV_SPOT_* checks, run through the checkov CLI with --external-checks-dir, on pass, fail and
+missing-property fixtures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from spot_policy_cases import PACK_DIR
+
+FIXTURES = Path(__file__).parent / "checkov"
+CHECKS = "CKV_SPOT_1,CKV_SPOT_2,CKV_SPOT_3,CKV_SPOT_4"
+BIN = Path(sys.executable).parent
+
+
+def run_checkov(directory: Path, *frameworks: str) -> dict[tuple[str, str], str]:
+    """{(file path relative to `directory`, check id): "passed" | "failed"} for CKV_SPOT_*."""
+    process = subprocess.run(
+        [
+            str(BIN / "checkov"),
+            *("-d", str(directory), "--framework", *frameworks, "--check", CHECKS),
+            *("--external-checks-dir", str(PACK_DIR / "checkov")),
+            *("-o", "json", "--skip-download"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert process.returncode in (0, 1), process.stderr
+    reports = json.loads(process.stdout)
+    return {
+        (
+            item["file_path"].split(f"{directory.name}/", 1)[-1].lstrip("/"),
+            item["check_id"],
+        ): outcome
+        for report in (reports if isinstance(reports, list) else [reports])
+        for outcome in ("passed", "failed")
+        for item in report["results"][f"{outcome}_checks"]
+    }
+
+
+@pytest.fixture(scope="module")
+def fixture_results():
+    return run_checkov(FIXTURES, "kubernetes", "dockerfile")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "check", "outcome"),
+    [
+        ("job-compliant.yaml", "CKV_SPOT_1", "passed"),
+        ("job-counts-disruption.yaml", "CKV_SPOT_1", "failed"),
+        ("job-missing-policy.yaml", "CKV_SPOT_1", "failed"),
+        ("job-on-demand.yaml", "CKV_SPOT_1", "passed"),
+        ("deployment-stable.yaml", "CKV_SPOT_2", "passed"),
+        ("deployment-on-spot.yaml", "CKV_SPOT_2", "failed"),
+        ("deployment-no-tolerations.yaml", "CKV_SPOT_2", "passed"),
+        ("job-compliant.yaml", "CKV_SPOT_3", "passed"),
+        ("job-counts-disruption.yaml", "CKV_SPOT_3", "passed"),
+        ("job-missing-policy.yaml", "CKV_SPOT_3", "failed"),
+        ("job-on-demand.yaml", "CKV_SPOT_3", "passed"),
+    ],
+)
+def test_kubernetes_checks(fixture_results, fixture, check, outcome):
+    assert fixture_results[(f"k8s/{fixture}", check)] == outcome
+
+
+@pytest.mark.parametrize(
+    ("fixture", "outcome"),
+    [
+        ("non-root/Dockerfile", "passed"),
+        ("root/Dockerfile", "failed"),
+        ("no-user-in-final-stage/Dockerfile", "failed"),
+    ],
+)
+def test_image_runs_as_non_root(fixture_results, fixture, outcome):
+    assert fixture_results[(f"docker/{fixture}", "CKV_SPOT_4")] == outcome
+
+
+def test_rendered_prod_manifests_pass_every_spot_check(tmp_path):
+    out = tmp_path / "prod"
+    render = subprocess.run(
+        [str(BIN / "spotctl"), "render", "--stack", "prod", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert render.returncode == 0, render.stderr
+    results = run_checkov(out, "kubernetes")
+    job_templates = {path for path, check in results if check == "CKV_SPOT_1"}
+    assert len(job_templates) >= 2, "the training Job templates were not checked"
+    assert {key: outcome for key, outcome in results.items() if outcome == "failed"} == {}
