@@ -55,7 +55,7 @@ def _panel(
 
 def dashboard(args: DashboardArgs) -> dict:
     """The dashboard model (Grafana schema 39)."""
-    saving = args.on_demand_gpu_hour_usd - args.spot_gpu_hour_usd
+    saving = round(args.on_demand_gpu_hour_usd - args.spot_gpu_hour_usd, 6)
     spot_gpus = (
         f'sum(kueue_cluster_queue_resource_usage{{flavor="spot", resource="{args.gpu_resource}"}})'
     )

@@ -1,0 +1,86 @@
+"""Alert rules: promtool unit tests, a test case and a runbook for every alert."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.k8s.alerts import RULES_FILE, alert_groups
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TESTS_FILE = Path(__file__).parent / "rules" / "spot-training.test.yaml"
+RUNBOOK_SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess:
+    assert shutil.which("promtool"), "promtool missing: apt-get install -y prometheus"
+    return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
+
+
+def alerts() -> list[dict]:
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+
+
+def test_rules_are_valid() -> None:
+    result = promtool("check", "rules", str(RULES_FILE))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_pass() -> None:
+    result = promtool("test", "rules", str(TESTS_FILE))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_fires_and_stays_quiet_in_a_unit_test() -> None:
+    cases = yaml.safe_load(TESTS_FILE.read_text())["tests"]
+    firing, quiet = set(), set()
+    for case in cases:
+        for check in case.get("alert_rule_test", []):
+            (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
+    names = {rule["alert"] for rule in alerts()}
+    assert names <= firing, f"alerts never tested firing: {names - firing}"
+    assert names <= quiet, f"alerts never tested staying quiet: {names - quiet}"
+
+
+def test_issue_alerts_are_all_there() -> None:
+    names = {rule["alert"] for rule in alerts()}
+    assert names == {
+        "SpotInterruptionRateHigh",
+        "CheckpointTooOld",
+        "TrainingStepsLost",
+        "CheckpointCorruptSkipped",
+        "JobPendingOnSpotTooLong",
+        "JobRunningOnFallbackTooLong",
+    }
+
+
+@pytest.mark.parametrize("rule", alerts(), ids=lambda rule: rule["alert"])
+def test_alert_links_a_complete_runbook(rule: dict) -> None:
+    link = rule["annotations"]["runbook_url"]
+    assert link == f"runbooks/training/{rule['alert']}.md"
+    text = (REPO_ROOT / link).read_text()
+    positions = [text.find(section) for section in RUNBOOK_SECTIONS]
+    assert all(p >= 0 for p in positions), f"{link} lacks one of {RUNBOOK_SECTIONS}"
+    assert positions == sorted(positions), f"{link}: sections out of order"
+    # Diagnosis and Mitigation give commands to run, with the output to expect.
+    assert len(re.findall(r"```(bash|console|sh)", text)) >= 2, f"{link}: no commands"
+    assert rule["alert"] in text
+
+
+def test_deployed_rules_link_runbooks_under_the_base_url() -> None:
+    groups = alert_groups("https://git.example.com/platform/blob/main/")
+    links = [
+        rule["annotations"]["runbook_url"]
+        for group in groups
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+    assert len(links) == len(alerts())
+    for link in links:
+        assert link.startswith("https://git.example.com/platform/blob/main/runbooks/training/")
