@@ -35,6 +35,7 @@ class PreviewResource:
     outputs: dict[str, Any] = field(default_factory=dict)  # what the mock engine answered
     dependencies: list[str] = field(default_factory=list)  # URNs
     provider: str | None = None  # "URN::id" of an explicit provider, None for the default one
+    id: str | None = None  # physical id the mock engine assigned (None for components)
 
 
 class PreviewError(Exception):

@@ -130,7 +130,7 @@ class CloudMocks(mocks.Mocks):
             resource_id = aws_outputs(args, state, self.region_of(args.provider))
         return resource_id, state
 
-    def call(self, args: mocks.MockCallArgs) -> tuple[dict, None]:
+    def call(self, args: mocks.MockCallArgs) -> dict:
         region = self.region_of(args.provider)
         answers = {
             "aws:index/getCallerIdentity:getCallerIdentity": {
@@ -157,8 +157,8 @@ class CloudMocks(mocks.Mocks):
             },
         }
         if args.token == "aws:eks/getCluster:getCluster":
-            return eks_cluster_state(args.args["name"], region, {}), None
-        return answers.get(args.token, dict(args.args)), None
+            return eks_cluster_state(args.args["name"], region, {})
+        return answers.get(args.token, dict(args.args))
 
 
 def _arn(service: str, region: str, resource: str) -> str:
@@ -325,6 +325,7 @@ class RecordingMonitor(mocks.MockMonitor):
         self.registrations.append(
             {
                 "urn": response.urn,
+                "id": response.id or None,
                 "type": request.type,
                 "name": request.name,
                 "parent": request.parent or None,

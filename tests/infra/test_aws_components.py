@@ -1,0 +1,464 @@
+"""Per component: secure defaults, wiring and validation, read from the previewed stacks."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pulumi_aws as aws
+import pytest
+from conftest import Preview, stack_values
+
+from components.aws.cluster import ClusterArgs, kubeconfig
+from components.aws.iam import TeamTrainingRoleArgs
+from components.aws.interruption import EVENT_PATTERNS
+from components.aws.network import NetworkArgs
+from components.aws.nodepools import ManagedNodeGroupPoolArgs
+from components.aws.observability import ObservabilityArgs
+from components.aws.quotas import SPOT_QUOTA_CODES, SpotGpuQuotasArgs
+from components.aws.storage import CheckpointBucketArgs
+from components.config import load_config
+from components.pools import CAPACITY_TYPE_LABEL, POOL_LABEL, SPOT_TAINT, PoolSpec
+from spotctl.preview import preview_program
+
+PROD = load_config(stack_values("prod"))
+
+
+def _policy(resource) -> dict:
+    return json.loads(resource.inputs["policy"])
+
+
+def _statements(document: dict) -> list[dict]:
+    statements = document["Statement"]
+    return statements if isinstance(statements, list) else [statements]
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+# --- checkpoint storage
+
+
+def test_bucket_is_versioned_encrypted_private_and_tls_only(prod: Preview):
+    bucket = prod.one("aws:s3/bucket:Bucket")
+    name, arn = bucket.outputs["bucket"], bucket.outputs["arn"]
+    assert bucket.inputs.get("forceDestroy") is False
+
+    versioning = prod.one("aws:s3/bucketVersioning:BucketVersioning")
+    assert versioning.inputs["bucket"] == name
+    assert versioning.inputs["versioningConfiguration"]["status"] == "Enabled"
+
+    encryption = prod.one(
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    )
+    default = encryption.inputs["rules"][0]["applyServerSideEncryptionByDefault"]
+    assert default["sseAlgorithm"] == "aws:kms"
+    key = next(
+        k for k in prod.of_type("aws:kms/key:Key") if k.outputs["arn"] == default["kmsMasterKeyId"]
+    )
+    assert key.inputs["enableKeyRotation"] is True
+
+    block = prod.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+    flags = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+    assert all(block.inputs[flag] is True for flag in flags)
+
+    ownership = prod.one("aws:s3/bucketOwnershipControls:BucketOwnershipControls")
+    assert ownership.inputs["rule"]["objectOwnership"] == "BucketOwnerEnforced"
+
+    (deny,) = _statements(_policy(prod.one("aws:s3/bucketPolicy:BucketPolicy")))
+    assert deny["Effect"] == "Deny" and deny["Principal"] == "*"
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert sorted(deny["Resource"]) == [arn, f"{arn}/*"]
+
+
+def test_lifecycle_follows_config(prod: Preview, stack_preview):
+    storage = PROD.aws.checkpoint_storage
+    rules = {
+        r["id"]: r
+        for r in prod.one(
+            "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
+        ).inputs["rules"]
+    }
+    assert all(rule["status"] == "Enabled" for rule in rules.values())
+    noncurrent = rules["expire-noncurrent-versions"]["noncurrentVersionExpiration"]
+    assert noncurrent["noncurrentDays"] == storage.noncurrent_version_days
+    assert noncurrent["newerNoncurrentVersions"] == storage.noncurrent_versions_to_keep
+    abort = rules["abort-incomplete-multipart"]["abortIncompleteMultipartUpload"]
+    assert abort["daysAfterInitiation"] == storage.abort_multipart_days
+    transitions = rules["transition-old-checkpoints"]["transitions"]
+    assert [(t["days"], t["storageClass"]) for t in transitions] == [
+        (t.days, t.storage_class) for t in storage.transitions
+    ]
+    dev_rules = (
+        stack_preview("dev")
+        .one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+        .inputs["rules"]
+    )
+    assert "transition-old-checkpoints" not in {r["id"] for r in dev_rules}
+
+
+# --- IAM
+
+
+def test_no_policy_allows_everything_on_everything(prod: Preview):
+    policies = [r for r in prod.resources if "policy" in r.inputs and r.type.startswith("aws:")]
+    policies += prod.of_type("aws:iam/role:Role")
+    assert len(policies) > 10
+    for resource in policies:
+        field = "assumeRolePolicy" if resource.type == "aws:iam/role:Role" else "policy"
+        for statement in _statements(json.loads(resource.inputs[field])):
+            if statement["Effect"] != "Allow":
+                continue
+            wildcard_action = "*" in _as_list(statement.get("Action", []))
+            wildcard_resource = "*" in _as_list(statement.get("Resource", []))
+            assert not (wildcard_action and wildcard_resource), resource.name
+
+
+@pytest.mark.parametrize("team", PROD.teams, ids=lambda t: t.name)
+def test_team_role_reaches_only_its_prefix_and_never_deletes_versions(prod: Preview, team):
+    bucket_arn = prod.one("aws:s3/bucket:Bucket").outputs["arn"]
+    policy = _policy(prod.one("aws:iam/rolePolicy:RolePolicy", f"-{team.name}-training"))
+    statements = _statements(policy)
+    s3_allows = [
+        s
+        for s in statements
+        if s["Effect"] == "Allow" and any(a.startswith("s3:") for a in _as_list(s["Action"]))
+    ]
+    for statement in s3_allows:
+        for resource in _as_list(statement["Resource"]):
+            assert resource in (f"{bucket_arn}/{team.checkpoint_prefix}/*", bucket_arn)
+        if statement["Resource"] == bucket_arn:  # listing only under the prefix
+            prefixes = statement["Condition"]["StringLike"]["s3:prefix"]
+            assert all(p.startswith(team.checkpoint_prefix) for p in prefixes)
+    assert all("s3:DeleteObjectVersion" not in _as_list(s["Action"]) for s in s3_allows)
+    assert any(
+        s["Effect"] == "Deny" and "s3:DeleteObjectVersion" in _as_list(s["Action"])
+        for s in statements
+    )
+
+    role = prod.one("aws:iam/role:Role", f"-{team.name}-training")
+    trust = _statements(json.loads(role.inputs["assumeRolePolicy"]))[0]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    association = prod.one(
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation", f"-{team.name}-"
+    )
+    assert association.inputs["namespace"] == team.namespace
+    assert association.inputs["serviceAccount"] == team.service_account
+    assert association.inputs["roleArn"] == role.outputs["arn"]
+
+
+def test_human_roles_trust_configured_principals(prod: Preview):
+    principals = PROD.aws.principals
+    expected = {
+        "platform-admin": principals.platform_admin,
+        "ml-engineer": principals.ml_engineer,
+        "log-reader": principals.log_reader,
+    }
+    for role_name, allowed in expected.items():
+        role = prod.one("aws:iam/role:Role", f"-roles-{role_name}")
+        trust = _statements(json.loads(role.inputs["assumeRolePolicy"]))[0]
+        assert sorted(_as_list(trust["Principal"]["AWS"])) == sorted(allowed)
+    log_reader = _policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-roles-log-reader"))
+    actions = {a for s in _statements(log_reader) for a in _as_list(s["Action"])}
+    assert actions and all(a.startswith("logs:") for a in actions)
+    scopes = {
+        a.inputs["principalArn"]: a.inputs["accessScope"]
+        for a in prod.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    }
+    ml_role = prod.one("aws:iam/role:Role", "-roles-ml-engineer").outputs["arn"]
+    assert sorted(scopes[ml_role]["namespaces"]) == sorted(t.namespace for t in PROD.teams)
+
+
+def test_node_role_has_the_worker_policies(prod: Preview):
+    attached = {
+        a.inputs["policyArn"].rsplit("/", 1)[1]
+        for a in prod.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if a.name.startswith("prod-node-")
+    }
+    assert {"AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy"} <= attached
+
+
+# --- node pools
+
+
+def _zones_of(prod: Preview, subnet_ids: list[str]) -> set[str]:
+    zones = {s.id: s.inputs["availabilityZone"] for s in prod.of_type("aws:ec2/subnet:Subnet")}
+    return {zones[subnet_id] for subnet_id in subnet_ids}
+
+
+def test_spot_pool_is_diversified_tainted_and_in_every_zone(prod: Preview):
+    group = prod.one("aws:eks/nodeGroup:NodeGroup", "-spot-")
+    assert group.inputs["capacityType"] == "SPOT"
+    assert len(set(group.inputs["instanceTypes"])) >= 3
+    assert _zones_of(prod, group.inputs["subnetIds"]) == set(PROD.zones)
+    assert group.inputs["taints"] == [
+        {"key": SPOT_TAINT.key, "value": SPOT_TAINT.value, "effect": "NO_SCHEDULE"}
+    ]
+    assert group.inputs["labels"] == {POOL_LABEL: "spot", CAPACITY_TYPE_LABEL: "spot"}
+    assert group.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
+
+
+def test_stable_pool_is_on_demand_and_untainted(prod: Preview):
+    group = prod.one("aws:eks/nodeGroup:NodeGroup", "-stable-")
+    assert group.inputs["capacityType"] == "ON_DEMAND"
+    assert not group.inputs.get("taints")
+    assert group.inputs["labels"][CAPACITY_TYPE_LABEL] == "on-demand"
+    assert group.inputs["amiType"] == "AL2023_x86_64_STANDARD"
+
+
+def test_buffer_pool_scales_on_its_schedule(prod: Preview):
+    group = prod.one("aws:eks/nodeGroup:NodeGroup", "-buffer-")
+    asg = group.outputs["resources"][0]["autoscalingGroups"][0]["name"]
+    actions = {
+        s.inputs["scheduledActionName"]: s
+        for s in prod.of_type("aws:autoscaling/schedule:Schedule")
+    }
+    assert set(actions) == {a.name for a in PROD.aws.pools.buffer.schedule}
+    for configured in PROD.aws.pools.buffer.schedule:
+        action = actions[configured.name].inputs
+        assert action["autoscalingGroupName"] == asg
+        assert action["recurrence"] == configured.recurrence
+        assert action["desiredCapacity"] == configured.desired_size
+
+
+def test_dev_has_no_buffer_and_no_quota_requests(stack_preview):
+    dev = stack_preview("dev")
+    assert not dev.of_type("aws:autoscaling/schedule:Schedule")
+    assert not dev.of_type("aws:servicequotas/serviceQuota:ServiceQuota")
+    assert len(dev.of_type("aws:eks/nodeGroup:NodeGroup")) == 2
+
+
+# --- quotas, interruption, observability
+
+
+def test_spot_gpu_quota_requests(prod: Preview):
+    quotas = {
+        q.inputs["quotaCode"]: q.inputs
+        for q in prod.of_type("aws:servicequotas/serviceQuota:ServiceQuota")
+    }
+    assert quotas == {
+        SPOT_QUOTA_CODES["p-family"]: {
+            "serviceCode": "ec2",
+            "quotaCode": SPOT_QUOTA_CODES["p-family"],
+            "value": PROD.aws.spot_gpu_quota.p_family_vcpus,
+        },
+        SPOT_QUOTA_CODES["g-family"]: {
+            "serviceCode": "ec2",
+            "quotaCode": SPOT_QUOTA_CODES["g-family"],
+            "value": PROD.aws.spot_gpu_quota.g_family_vcpus,
+        },
+    }
+
+
+def test_interruption_events_reach_the_queue(prod: Preview):
+    queue = prod.one("aws:sqs/queue:Queue")
+    rules = prod.of_type("aws:cloudwatch/eventRule:EventRule")
+    detail_types = {t for r in rules for t in json.loads(r.inputs["eventPattern"])["detail-type"]}
+    assert {
+        "EC2 Spot Instance Interruption Warning",
+        "EC2 Instance Rebalance Recommendation",
+        "EC2 Instance-terminate Lifecycle Action",
+        "EC2 Instance State-change Notification",
+    } <= detail_types
+    targets = prod.of_type("aws:cloudwatch/eventTarget:EventTarget")
+    assert {t.inputs["rule"] for t in targets} == {r.outputs["name"] for r in rules}
+    assert all(t.inputs["arn"] == queue.outputs["arn"] for t in targets)
+
+    statements = _statements(_policy(prod.one("aws:sqs/queuePolicy:QueuePolicy")))
+    (allow,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert "events.amazonaws.com" in allow["Principal"]["Service"]
+    assert allow["Action"] == "sqs:SendMessage" and allow["Resource"] == queue.outputs["arn"]
+    assert sorted(allow["Condition"]["ArnEquals"]["aws:SourceArn"]) == sorted(
+        r.outputs["arn"] for r in rules
+    )
+    assert queue.inputs["sqsManagedSseEnabled"] is True
+
+
+def test_alarms_notify_the_topic_and_name_a_runbook(prod: Preview):
+    topic = prod.one("aws:sns/topic:Topic")
+    alarms = prod.of_type("aws:cloudwatch/metricAlarm:MetricAlarm")
+    assert len(alarms) >= 3
+    for alarm in alarms:
+        assert alarm.inputs["alarmActions"] == [topic.outputs["arn"]]
+        assert "Runbook: runbooks/aws/" in alarm.inputs["alarmDescription"]
+    spot = next(a for a in alarms if a.name.endswith("SpotInterruptionsHigh"))
+    assert spot.inputs["threshold"] == PROD.aws.alarms.interruptions_per_hour
+    subscriptions = prod.of_type("aws:sns/topicSubscription:TopicSubscription")
+    assert sorted(s.inputs["endpoint"] for s in subscriptions) == sorted(PROD.alerts.emails)
+
+
+def test_dashboard_shows_interruptions_pool_sizes_and_idle_capacity(prod: Preview):
+    body = json.loads(prod.one("aws:cloudwatch/dashboard:Dashboard").inputs["dashboardBody"])
+    titles = " | ".join(w["properties"]["title"] for w in body["widgets"])
+    for wanted in ("interruptions per hour", "Pool sizes", "Idle GPU"):
+        assert wanted in titles
+    pools = next(w for w in body["widgets"] if "Pool sizes" in w["properties"]["title"])
+    groups = {
+        g.outputs["resources"][0]["autoscalingGroups"][0]["name"]
+        for g in prod.of_type("aws:eks/nodeGroup:NodeGroup")
+    }
+    assert {m[3] for m in pools["properties"]["metrics"]} == groups
+
+
+# --- cluster
+
+
+def test_cluster_encrypts_secrets_logs_and_runs_pod_identity(prod: Preview, stack_preview):
+    cluster = prod.one("aws:eks/cluster:Cluster")
+    assert cluster.inputs["name"] == PROD.aws.cluster.create.name
+    key_arn = cluster.inputs["encryptionConfig"]["provider"]["keyArn"]
+    key = next(k for k in prod.of_type("aws:kms/key:Key") if k.outputs["arn"] == key_arn)
+    assert key.inputs["enableKeyRotation"] is True
+    assert {"api", "audit"} <= set(cluster.inputs["enabledClusterLogTypes"])
+    assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
+    vpc = cluster.inputs["vpcConfig"]
+    assert vpc["publicAccessCidrs"] == PROD.aws.cluster.create.public_endpoint_cidrs
+    dev_vpc = stack_preview("dev").one("aws:eks/cluster:Cluster").inputs["vpcConfig"]
+    assert dev_vpc["endpointPublicAccess"] is False
+    addons = {a.inputs["addonName"] for a in prod.of_type("aws:eks/addon:Addon")}
+    assert "eks-pod-identity-agent" in addons
+
+
+def test_network_has_private_and_public_subnet_per_zone(prod: Preview):
+    subnets = prod.of_type("aws:ec2/subnet:Subnet")
+    for kind in ("private", "public"):
+        zones = [s.inputs["availabilityZone"] for s in subnets if f"-{kind}-" in s.name]
+        assert sorted(zones) == sorted(PROD.zones)
+    cidrs = [s.inputs["cidrBlock"] for s in subnets]
+    assert len(set(cidrs)) == len(cidrs)
+
+
+def test_attach_to_existing_cluster(program_copy):
+    values = stack_values("dev")
+    subnets = ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
+    values["aws"]["cluster"] = {"existing": {"name": "shared-eks", "subnet_ids": subnets}}
+    resources = preview_program(program_copy("attach", values), "attach")
+    types = {r.type for r in resources}
+    assert "aws:eks/cluster:Cluster" not in types and "aws:ec2/vpc:Vpc" not in types
+    groups = [r for r in resources if r.type == "aws:eks/nodeGroup:NodeGroup"]
+    assert groups and all(g.inputs["clusterName"] == "shared-eks" for g in groups)
+    assert all(g.inputs["subnetIds"] == subnets for g in groups)
+
+
+def test_kubeconfig_authenticates_with_short_lived_tokens():
+    config = json.loads(kubeconfig("c1", "https://example.eks", "Q0E=", region="eu-west-1"))
+    assert config["clusters"][0]["cluster"]["server"] == "https://example.eks"
+    user = config["users"][0]["user"]
+    assert "token" not in user and user["exec"]["command"] == "aws"
+    assert user["exec"]["args"][-2:] == ["--region", "eu-west-1"]
+
+
+# --- cost tags
+
+
+def _accepts_tags(token: str) -> bool:
+    module, name = token.split(":")[1].split("/")[0], token.split(":")[2]
+    cls = getattr(getattr(aws, module), name)
+    return "tags" in inspect.signature(cls._internal_init).parameters
+
+
+# Looking the classes up imports pulumi-aws modules, which warn about every deprecated class
+# they define; what the program uses is checked by the strict previews.
+@pytest.mark.filterwarnings("ignore:.* has been deprecated in favor of :DeprecationWarning")
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_taggable_resource_carries_cost_tags(stack_preview, stack):
+    preview = stack_preview(stack)
+    config = load_config(stack_values(stack))
+    taggable = [r for r in preview.resources if r.custom and r.type.startswith("aws:")]
+    taggable = [r for r in taggable if _accepts_tags(r.type)]
+    assert len(taggable) > 20
+    for resource in taggable:
+        tags = resource.inputs.get("tags") or {}
+        assert tags.get("env") == stack, resource.name
+        assert tags.get("team") and tags.get("capacity-type"), resource.name
+        assert config.cost_tags.items() <= tags.items(), resource.name
+    spot = preview.one("aws:eks/nodeGroup:NodeGroup", "-spot-")
+    assert spot.inputs["tags"]["capacity-type"] == "spot"
+    for team in config.teams:
+        role = preview.one("aws:iam/role:Role", f"-{team.name}-training")
+        assert role.inputs["tags"]["team"] == team.name
+
+
+# --- validation at construction
+
+
+def _spec(**overrides) -> PoolSpec:
+    fields = dict(
+        tier="spot",
+        capacity="spot",
+        instance_types=("g5.xlarge", "g6.xlarge", "g6e.xlarge"),
+        min_size=0,
+        max_size=2,
+        desired_size=0,
+        disk_size_gib=100,
+    )
+    return PoolSpec(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: NetworkArgs(cluster_name="c", zones=[], cidr="10.0.0.0/16"), "zones"),
+        (lambda: ClusterArgs(region="us-east-1", zones=["us-east-1a"]), "exactly one"),
+        (
+            lambda: ManagedNodeGroupPoolArgs(
+                spec=_spec(instance_types=("g5.xlarge", "g6.xlarge")),
+                cluster_name="c",
+                node_role_arn="r",
+                subnet_ids=[],
+            ),
+            "at least 3 instance types",
+        ),
+        (
+            lambda: ManagedNodeGroupPoolArgs(
+                spec=_spec(instance_types=("g5.xlarge", "m6i.large", "g6.xlarge")),
+                cluster_name="c",
+                node_role_arn="r",
+                subnet_ids=[],
+            ),
+            "do not mix GPU and CPU",
+        ),
+        (
+            lambda: ManagedNodeGroupPoolArgs(
+                spec=_spec(min_size=3), cluster_name="c", node_role_arn="r", subnet_ids=[]
+            ),
+            "min <= desired <= max",
+        ),
+        (
+            lambda: TeamTrainingRoleArgs(
+                team="t",
+                cluster_name="c",
+                namespace="n",
+                service_account="s",
+                bucket_arn="b",
+                prefix="*",
+                kms_key_arn="k",
+            ),
+            "without wildcards",
+        ),
+        (lambda: CheckpointBucketArgs(abort_multipart_days=0), "abort_multipart_days"),
+        (lambda: CheckpointBucketArgs(kms_deletion_window_days=3), "kms_deletion_window_days"),
+        (lambda: SpotGpuQuotasArgs(p_family_vcpus=0), "p_family_vcpus"),
+        (
+            lambda: ObservabilityArgs(
+                cluster_name="c",
+                region="r",
+                spot_interruption_rule="s",
+                rebalance_rule="b",
+                interruption_queue="q",
+                pool_groups={},
+                gpu_idle_percent=0,
+            ),
+            "gpu_idle_percent",
+        ),
+    ],
+)
+def test_component_args_reject_unsafe_values(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_event_patterns_cover_the_handler_queue_mode_events():
+    sources = {p["source"][0] for p in EVENT_PATTERNS.values()}
+    assert {"aws.ec2", "aws.autoscaling"} <= sources

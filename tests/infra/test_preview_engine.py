@@ -1,0 +1,110 @@
+"""The preview harness on small programs of its own: config, isolation, errors, mock outputs."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spotctl.preview import PreviewError, preview_program
+
+PROJECT = "name: tiny\nruntime: python\nstackConfigDir: env\n"
+CONFIG = """
+config:
+  aws:region: eu-west-1
+  tiny:size: 3
+  tiny:flags: {versioned: true, zones: [a, b]}
+  tiny:token:
+    secure: v1:AAAABBBB
+"""
+
+
+def _program(root: Path, main: str, project: str = PROJECT, config: str = CONFIG) -> Path:
+    (root / "env").mkdir(parents=True, exist_ok=True)
+    (root / "Pulumi.yaml").write_text(project)
+    (root / "env" / "Pulumi.test.yaml").write_text(config)
+    (root / "__main__.py").write_text(textwrap.dedent(main))
+    return root
+
+
+def test_config_reaches_the_program_as_the_cli_passes_it(tmp_path):
+    program = _program(
+        tmp_path,
+        """
+        import pulumi, pulumi_aws as aws
+        config = pulumi.Config()
+        flags = config.require_object("flags")
+        aws.sqs.Queue("q", tags={
+            "size": str(config.require_int("size") + 1),
+            "zones": ",".join(flags["zones"]),
+            "versioned": str(flags["versioned"]),
+            "token_secret": str(config.require_secret("token") is not None),
+        })
+        """,
+    )
+    (queue,) = [r for r in preview_program(program, "test") if r.type == "aws:sqs/queue:Queue"]
+    assert queue.inputs["tags"] == {
+        "size": "4",
+        "zones": "a,b",
+        "versioned": "True",
+        "token_secret": "True",
+    }
+    assert queue.outputs["url"].startswith("https://sqs.eu-west-1.amazonaws.com/")
+    assert queue.outputs["arn"].startswith("arn:aws:sqs:eu-west-1:")
+    assert queue.id == queue.outputs["url"]
+
+
+def test_explicit_provider_region_shapes_outputs_and_is_recorded(tmp_path):
+    program = _program(
+        tmp_path,
+        """
+        import pulumi, pulumi_aws as aws
+        provider = aws.Provider("west", region="us-west-2")
+        aws.sns.Topic("t", opts=pulumi.ResourceOptions(provider=provider))
+        """,
+    )
+    resources = preview_program(program, "test")
+    provider = next(r for r in resources if r.type == "pulumi:providers:aws")
+    topic = next(r for r in resources if r.type == "aws:sns/topic:Topic")
+    assert topic.provider == f"{provider.urn}::{provider.id}"
+    assert topic.outputs["arn"].startswith("arn:aws:sns:us-west-2:")
+
+
+def test_strict_mode_catches_deprecated_resources(tmp_path):
+    program = _program(
+        tmp_path,
+        """
+        import pulumi_aws as aws
+        aws.s3.BucketV2("legacy")
+        """,
+    )
+    assert [r.type for r in preview_program(program, "test")][-1] == "aws:s3/bucketV2:BucketV2"
+    with pytest.raises(PreviewError, match="BucketV2 is deprecated"):
+        preview_program(program, "test", strict_deprecations=True)
+
+
+def test_run_error_is_a_clean_message_and_a_crash_keeps_its_traceback(tmp_path):
+    program = _program(tmp_path / "clean", "import pulumi\nraise pulumi.RunError('bad size')\n")
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program, "test")
+    assert str(caught.value) == "bad size" and not caught.value.crashed
+
+    program = _program(tmp_path / "crash", "import pulumi\n{}['missing']\n")
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program, "test")
+    assert caught.value.crashed and "KeyError: 'missing'" in str(caught.value)
+
+
+def test_logged_error_fails_the_preview(tmp_path):
+    program = _program(tmp_path, "import pulumi\npulumi.log.error('quota exceeded')\n")
+    with pytest.raises(PreviewError, match="quota exceeded"):
+        preview_program(program, "test")
+
+
+def test_missing_project_file_and_stack(tmp_path):
+    with pytest.raises(PreviewError, match="no Pulumi.yaml"):
+        preview_program(tmp_path, "test")
+    program = _program(tmp_path, "import pulumi\n")
+    with pytest.raises(PreviewError, match=r"no stack 'prod' .*\(stacks there: test\)"):
+        preview_program(program, "prod")
