@@ -63,7 +63,21 @@ class AlertRules(pulumi.ComponentResource):
             spec={
                 "namespaceSelector": {"matchNames": list(args.team_namespaces)},
                 "selector": {"matchLabels": TRAINING_POD_SELECTOR},
-                "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "interval": "30s"}],
+                "podMetricsEndpoints": [
+                    {
+                        "port": METRICS_PORT_NAME,
+                        "interval": "30s",
+                        # Every series names its run (the Job), across the run's pods.
+                        "relabelings": [
+                            {
+                                "sourceLabels": [
+                                    "__meta_kubernetes_pod_label_batch_kubernetes_io_job_name"
+                                ],
+                                "targetLabel": "run",
+                            }
+                        ],
+                    }
+                ],
             },
             opts=child,
         )
