@@ -21,12 +21,13 @@ from components.aws.iam import (
     TeamTrainingRole,
     TeamTrainingRoleArgs,
 )
-from components.aws.interruption import InterruptionQueue, InterruptionQueueArgs
+from components.aws.interruption import HandlerIdentity, InterruptionQueue, InterruptionQueueArgs
 from components.aws.nodepools import ManagedNodeGroupPool, ManagedNodeGroupPoolArgs
 from components.aws.observability import Observability, ObservabilityArgs
 from components.aws.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
 from components.config import NOTICE_SOURCES, ConfigError, StackConfig, load_config
+from components.k8s import termination_handler
 from components.k8s.layer import KubernetesLayer, KubernetesLayerArgs
 from components.pools import pool_specs
 from components.tags import cost_tags
@@ -129,6 +130,7 @@ def build_aws(settings: StackConfig) -> AwsPlatform:
         PlatformRolesArgs(
             cluster_name=aws_config.cluster.name,
             cluster_arn=cluster.arn,
+            bucket_arn=bucket.arn,
             team_namespaces=[team.namespace for team in settings.teams],
             platform_admin=principals.platform_admin,
             ml_engineer=principals.ml_engineer,
@@ -144,7 +146,16 @@ def build_aws(settings: StackConfig) -> AwsPlatform:
         opts=opts,
     )
     interruption = InterruptionQueue(
-        f"{env}-interruptions", InterruptionQueueArgs(tags=tags), opts=opts
+        f"{env}-interruptions",
+        InterruptionQueueArgs(
+            handler=HandlerIdentity(
+                cluster_name=cluster.name,
+                namespace=termination_handler.NAMESPACE,
+                service_account=termination_handler.SERVICE_ACCOUNT,
+            ),
+            tags=tags,
+        ),
+        opts=opts,
     )
     alarms = aws_config.alarms
     observability = Observability(
@@ -156,6 +167,7 @@ def build_aws(settings: StackConfig) -> AwsPlatform:
             rebalance_rule=interruption.rule_names["rebalance"],
             interruption_queue=interruption.queue_name,
             pool_groups={tier: pool.autoscaling_group_name for tier, pool in pools.items()},
+            runbook_base_url=settings.kubernetes.monitoring.runbook_base_url,
             emails=settings.alerts.emails,
             interruptions_per_hour=alarms.interruptions_per_hour,
             queue_age_seconds=alarms.queue_age_seconds,

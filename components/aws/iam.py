@@ -79,6 +79,7 @@ class NodeRole(pulumi.ComponentResource):
 class PlatformRolesArgs:
     cluster_name: str
     cluster_arn: pulumi.Input[str]
+    bucket_arn: pulumi.Input[str]
     team_namespaces: list[str]
     platform_admin: list[str]
     ml_engineer: list[str] = field(default_factory=list)
@@ -134,13 +135,18 @@ class PlatformRoles(pulumi.ComponentResource):
                         "sqs:*",
                         "sns:*",
                         "servicequotas:*",
-                        "s3:*",
                         "kms:Describe*",
                         "kms:Get*",
                         "kms:List*",
                         "kms:EnableKeyRotation",
                     ],
                     "Resource": "*",
+                },
+                {
+                    "Sid": "ManageCheckpointBucket",
+                    "Effect": "Allow",
+                    "Action": "s3:*",
+                    "Resource": [args.bucket_arn, pulumi.Output.concat(args.bucket_arn, "/*")],
                 },
                 read_logs,
             ],

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-RUNBOOKS = "runbooks/aws"
+RUNBOOKS = "runbooks/aws"  # below the runbook base URL
 # Container Insights (with GPU metrics) comes from this EKS add-on.
 OBSERVABILITY_ADDON = "amazon-cloudwatch-observability"
 
@@ -23,6 +23,7 @@ class ObservabilityArgs:
     rebalance_rule: pulumi.Input[str]
     interruption_queue: pulumi.Input[str]
     pool_groups: dict[str, pulumi.Input[str]]  # tier -> autoscaling group name
+    runbook_base_url: str
     emails: list[str] = field(default_factory=list)
     interruptions_per_hour: int = 10
     queue_age_seconds: int = 120
@@ -102,11 +103,12 @@ class Observability(pulumi.ComponentResource):
                 "why": f"GPUs sat more than {args.gpu_idle_percent}% idle for three hours",
             },
         }
+        runbooks = f"{args.runbook_base_url.rstrip('/')}/{RUNBOOKS}"
         for alarm_name, spec in alarms.items():
             why = spec.pop("why")
             aws.cloudwatch.MetricAlarm(
                 f"{name}-{alarm_name}",
-                alarm_description=f"{why}. Runbook: {RUNBOOKS}/{alarm_name}.md",
+                alarm_description=f"{why}. Runbook: {runbooks}/{alarm_name}.md",
                 alarm_actions=[topic.arn],
                 ok_actions=[topic.arn],
                 tags=args.tags,

@@ -7,7 +7,7 @@ import json
 
 import pulumi_aws as aws
 import pytest
-from conftest import Preview, stack_values
+from conftest import REPO_ROOT, Preview, stack_values
 
 from components.aws.cluster import ClusterArgs, kubeconfig
 from components.aws.iam import TeamTrainingRoleArgs
@@ -18,6 +18,7 @@ from components.aws.observability import ObservabilityArgs
 from components.aws.quotas import SPOT_QUOTA_CODES, SpotGpuQuotasArgs
 from components.aws.storage import CheckpointBucketArgs
 from components.config import load_config
+from components.k8s.termination_handler import NAMESPACE, SERVICE_ACCOUNT
 from components.pools import CAPACITY_TYPE_LABEL, POOL_LABEL, SPOT_TAINT, PoolSpec
 from spotctl.preview import preview_program
 
@@ -281,7 +282,10 @@ def test_alarms_notify_the_topic_and_name_a_runbook(prod: Preview):
     assert len(alarms) >= 3
     for alarm in alarms:
         assert alarm.inputs["alarmActions"] == [topic.outputs["arn"]]
-        assert "Runbook: runbooks/aws/" in alarm.inputs["alarmDescription"]
+        base = PROD.kubernetes.monitoring.runbook_base_url
+        runbook = alarm.inputs["alarmDescription"].split("Runbook: ")[1]
+        assert runbook == f"{base}/runbooks/aws/{alarm.name.rsplit('-', 1)[1]}.md"
+        assert (REPO_ROOT / runbook.removeprefix(f"{base}/")).is_file(), runbook
     spot = next(a for a in alarms if a.name.endswith("SpotInterruptionsHigh"))
     assert spot.inputs["threshold"] == PROD.aws.alarms.interruptions_per_hour
     subscriptions = prod.of_type("aws:sns/topicSubscription:TopicSubscription")
@@ -448,6 +452,7 @@ def _spec(**overrides) -> PoolSpec:
                 rebalance_rule="b",
                 interruption_queue="q",
                 pool_groups={},
+                runbook_base_url="https://example.com/repo",
                 gpu_idle_percent=0,
             ),
             "gpu_idle_percent",
@@ -462,3 +467,19 @@ def test_component_args_reject_unsafe_values(build, message):
 def test_event_patterns_cover_the_handler_queue_mode_events():
     sources = {p["source"][0] for p in EVENT_PATTERNS.values()}
     assert {"aws.ec2", "aws.autoscaling"} <= sources
+
+
+def test_termination_handler_identity_consumes_only_its_queue(prod: Preview):
+    queue = prod.one("aws:sqs/queue:Queue")
+    role = prod.one("aws:iam/role:Role", "-interruptions-handler")
+    association = prod.one(
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation", "-interruptions-handler"
+    )
+    assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == (
+        NAMESPACE,
+        SERVICE_ACCOUNT,
+    )
+    assert association.inputs["roleArn"] == role.outputs["arn"]
+    statements = _statements(_policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-handler")))
+    sqs = [s for s in statements if any(a.startswith("sqs:") for a in _as_list(s["Action"]))]
+    assert [s["Resource"] for s in sqs] == [queue.outputs["arn"]]
