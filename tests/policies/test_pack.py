@@ -1,0 +1,84 @@
+"""The pack as a plugin: what it announces, how it handles unknowns and failures, and the README
+table that is generated from it.
+
+The `policies` package is only imported in subprocesses here: under pytest, tests/policies would
+shadow it as a namespace package."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from spot_policy_cases import PACK_DIR, resource
+
+from spotctl.policy_analyzer import LEVELS, PolicyAnalyzer, PolicyPackError
+
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+
+def readme_rows() -> dict[str, str]:
+    """{policy name: level} from the README's generated table."""
+    text = (PACK_DIR / "README.md").read_text()
+    return dict(re.findall(r"^\| `([a-z0-9-]+)` \| (mandatory|advisory) \|", text, re.MULTILINE))
+
+
+def test_the_running_pack_announces_what_the_readme_lists(analyzer):
+    announced = {p.name: LEVELS[p.enforcementLevel] for p in analyzer.info.policies}
+    assert analyzer.info.name == "spot-training-regime"
+    assert announced == readme_rows()
+    assert len(announced) >= 19
+    schema = {p.name: p.configSchema for p in analyzer.info.policies}
+    assert schema["eks-spot-pool-diversified"].properties["minInstanceTypes"]["default"] == 3
+
+
+def test_policy_names_are_kebab_case_service_rule(analyzer):
+    for policy in analyzer.info.policies:
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+", policy.name), policy.name
+
+
+def test_an_unknown_input_is_reported_not_guessed(analyzer):
+    spot = resource(
+        "aws:eks/nodeGroup:NodeGroup", "spot", {"capacityType": "SPOT", "taints": UNKNOWN}
+    )
+    report = analyzer.analyze([spot])
+    tainted = [v for v in report.violations if v.policy == "eks-spot-pool-tainted"]
+    assert len(tainted) == 1
+    assert tainted[0].level == "advisory" and "can't be known during preview" in tainted[0].message
+
+
+def test_a_pack_that_crashes_on_start_is_a_clear_error(tmp_path):
+    (tmp_path / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 0.0.1\n")
+    (tmp_path / "__main__.py").write_text("raise SystemExit('policy pack exploded')\n")
+    with pytest.raises(PolicyPackError, match="failed to start") as failure:
+        PolicyAnalyzer(tmp_path, project="p", stack="s").__enter__()
+    assert "policy pack exploded" in str(failure.value)
+
+
+@pytest.mark.parametrize(
+    ("policy_yaml", "complaint"),
+    [
+        ("runtime: nodejs\n", "runtime must be python"),
+        (
+            "runtime:\n  name: python\n  options:\n    virtualenv: no-such-venv\n",
+            "has no bin/python",
+        ),
+        ("runtime: [python\n", "not valid YAML"),
+    ],
+)
+def test_bad_pulumipolicy_yaml_is_a_clear_error(tmp_path, policy_yaml, complaint):
+    (tmp_path / "PulumiPolicy.yaml").write_text(policy_yaml)
+    with pytest.raises(PolicyPackError, match=complaint):
+        PolicyAnalyzer(tmp_path, project="p", stack="s").__enter__()
+
+
+def test_readme_table_is_in_sync_with_the_pack():
+    check = subprocess.run(
+        [sys.executable, "-m", "policies.policy_table", "--check"],
+        cwd=PACK_DIR.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stderr
