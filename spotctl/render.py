@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from spotctl.preview import REPO_ROOT, UNKNOWN, PreviewError, preview_program
+from spotctl.preview import REPO_ROOT, UNKNOWN, PreviewError, PreviewResource, preview_program
 
 KUBERNETES_VERSION = "1.33"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -63,6 +63,11 @@ def render_stack(program_dir: Path, stack: str) -> Rendered:
         resources = preview_program(program_dir, stack)
     except PreviewError as exc:
         raise RenderError(str(exc)) from None
+    return render(resources)
+
+
+def render(resources: list[PreviewResource]) -> Rendered:
+    """The Kubernetes objects, Helm releases and Job templates among previewed resources."""
     rendered = Rendered()
     for resource in resources:
         if not resource.custom or not resource.type.startswith("kubernetes:"):

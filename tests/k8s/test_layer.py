@@ -1,0 +1,136 @@
+"""The Kubernetes layer in the prod stack's resource tree, and its config section."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.config import ConfigError, KubernetesConfig, load_config
+from spotctl.preview import PreviewResource
+
+LAYER = "spot:k8s:KubernetesLayer"
+
+
+def test_every_kubernetes_resource_lives_under_the_layer_on_the_cluster_provider(
+    prod_preview: tuple[list[PreviewResource], float],
+) -> None:
+    resources, _ = prod_preview
+    by_urn = {r.urn: r for r in resources}
+    (layer,) = [r for r in resources if r.type == LAYER]
+    (provider,) = [r for r in resources if r.type == "pulumi:providers:kubernetes"]
+    kube = [r for r in resources if r.custom and r.type.startswith("kubernetes:")]
+    assert len(kube) > 20
+    for resource in kube:
+        ancestor = by_urn[resource.parent]
+        while ancestor.type != LAYER:
+            assert ancestor.type.startswith("spot:"), f"{resource.name} escapes the layer"
+            ancestor = by_urn[ancestor.parent]
+        assert resource.provider and resource.provider.startswith(provider.urn + "::")
+        # Stable names: the environment, the component, then a fixed suffix.
+        assert resource.name.startswith(f"{layer.name}-")
+    # The provider talks to the stack's own cluster.
+    assert provider.inputs.get("kubeconfig")
+
+
+def test_components_follow_the_type_token_convention(
+    prod_preview: tuple[list[PreviewResource], float],
+) -> None:
+    resources, _ = prod_preview
+    types = {r.type for r in resources if r.type.startswith("spot:")}
+    for token in (
+        "spot:namespaces:TeamNamespace",
+        "spot:priorities:Priorities",
+        "spot:kueue:KueueQueues",
+        "spot:templates:JobTemplates",
+        "spot:termination:NodeTerminationHandler",
+        "spot:alerts:AlertRules",
+        "spot:dashboards:Dashboard",
+    ):
+        assert token in types
+
+
+def test_preview_of_prod_stays_fast(prod_preview: tuple[list[PreviewResource], float]) -> None:
+    _, seconds = prod_preview
+    assert seconds < 15
+
+
+def test_notice_budget_defaults_per_cloud() -> None:
+    assert KubernetesConfig().notice_for("aws") == 120
+    assert KubernetesConfig().notice_for("gcp") == 15
+    assert KubernetesConfig(notice_seconds=90).notice_for("aws") == 90
+
+
+def base_config() -> dict:
+    return {
+        "environment": "dev",
+        "cloud": "aws",
+        "region": "us-east-1",
+        "zones": ["us-east-1a"],
+        "teams": [
+            {
+                "name": "a",
+                "namespace": "team-a",
+                "spot_gpus": 1,
+                "on_demand_gpus": 0,
+                "checkpoint_prefix": "teams/a",
+            }
+        ],
+        "aws": {
+            "cluster": {"create": {"name": "c"}},
+            "pools": {
+                "stable": {
+                    "instance_types": ["m6i.large"],
+                    "min_size": 1,
+                    "max_size": 1,
+                    "desired_size": 1,
+                },
+                "spot": {
+                    "instance_types": ["g5.xlarge", "g6.xlarge", "g4dn.xlarge"],
+                    "min_size": 0,
+                    "max_size": 1,
+                    "desired_size": 0,
+                },
+            },
+            "principals": {"platform_admin": ["arn:aws:iam::123456789012:role/admin"]},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("section", "path", "words"),
+    [
+        (
+            {"templates": {"image": "registry.example.com/trainer:1.0"}},
+            "kubernetes.templates.image",
+            "does not match",
+        ),
+        ({"templates": {"min_nodes": 4, "max_nodes": 2}}, "kubernetes.templates", "exceeds"),
+        (
+            {"templates": {"priority_class": "services-critical"}},
+            "kubernetes.templates.priority_class",
+            "training-preemptible",
+        ),
+        (
+            {"kueue": {"pods_ready_timeout": "ten minutes"}},
+            "kubernetes.kueue.pods_ready_timeout",
+            "does not match",
+        ),
+        (
+            {"monitoring": {"spot_gpu_hour_usd": 5, "on_demand_gpu_hour_usd": 4}},
+            "kubernetes.monitoring",
+            "must not exceed",
+        ),
+        ({"kueue": {"borow_spot_gpus": 4}}, "kubernetes.kueue.borow_spot_gpus", "unknown field"),
+    ],
+)
+def test_kubernetes_config_errors_name_the_field(section: dict, path: str, words: str) -> None:
+    raw = {**base_config(), "kubernetes": section}
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    paths = [p for p, _ in info.value.problems]
+    assert path in paths, info.value.problems
+    assert words in str(info.value)
+
+
+def test_kubernetes_section_is_optional() -> None:
+    config = load_config(base_config())
+    assert config.kubernetes.templates.image.split("@")[1].startswith("sha256:")
