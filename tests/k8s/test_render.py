@@ -211,3 +211,46 @@ def test_cli_writes_the_files_and_rejects_an_unknown_stack(tmp_path: Path) -> No
     )
     assert clash.returncode == 2
     assert "is not a directory" in clash.stderr
+
+
+def test_strict_validation_catches_a_misspelt_field() -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "x", "namespace": "team-a"},
+        "spec": {
+            "backofLimit": 3,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}},
+        },
+    }
+    problems, _ = validate([job], KUBERNETES_VERSION)
+    assert len(problems) == 1
+    assert problems[0].startswith("Job team-a/x: spec:")
+    assert "backofLimit" in problems[0]
+
+
+def test_cli_renders_and_validates_dev(tmp_path: Path, shared_schemas: Path) -> None:
+    spotctl = str(Path(sys.executable).parent / "spotctl")
+    result = subprocess.run(
+        [spotctl, "render", "--stack", "dev", "--out", str(tmp_path), "--validate"]
+        + ["--crds", str(shared_schemas)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "all validated objects are valid for Kubernetes 1.33" in result.stdout
+    assert (tmp_path / "helm" / "kueue" / "values.yaml").is_file()
+    names = sorted(p.name for p in (tmp_path / "manifests").iterdir())
+    # Numbered in apply order: namespaces before what lives in them.
+    assert names[0].startswith("010-namespace-")
+    assert names.index(next(n for n in names if "-localqueue-" in n)) > names.index(
+        next(n for n in names if "-clusterqueue-" in n)
+    )
+    missing = subprocess.run(
+        [spotctl, "render", "--stack", "dev", "--out", str(tmp_path), "--validate"]
+        + ["--crds", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2
+    assert "--crds directory not found" in missing.stderr
