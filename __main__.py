@@ -182,6 +182,10 @@ def build_aws(settings: StackConfig) -> AwsPlatform:
     pulumi.export("interruption_queue_url", interruption.queue_url)
     pulumi.export("training_role_arns", {name: role.arn for name, role in team_roles.items()})
     pulumi.export("alert_topic_arn", observability.topic_arn)
+    pulumi.export(
+        "pool_autoscaling_groups",
+        {tier: pool.autoscaling_group_name for tier, pool in pools.items()},
+    )
     return AwsPlatform(cluster, bucket, interruption, team_roles)
 
 
