@@ -405,6 +405,13 @@ class StackConfig(Model):
     def _section_of_cloud(cls, value: AwsConfig | None, info: ValidationInfo) -> AwsConfig | None:
         if info.data.get("cloud") == "aws" and value is None:
             raise ValueError("cloud 'aws' needs this section")
+        existing = value.cluster.existing if value is not None else None
+        zones = info.data.get("zones") or []
+        if existing is not None and len(existing.subnet_ids) < len(zones):
+            raise ValueError(
+                f"cluster.existing.subnet_ids: {len(existing.subnet_ids)} subnets cannot cover "
+                f"the {len(zones)} zones {zones}; give one private subnet per zone"
+            )
         return value
 
 

@@ -105,6 +105,13 @@ def test_odd_keys_are_quoted_in_the_path():
     assert problems["['a.b']"].startswith("unknown field")
 
 
+def test_existing_cluster_needs_a_subnet_per_zone():
+    existing = {"name": "shared", "subnet_ids": ["subnet-0123456789abcdef0"]}
+    values = _set(stack_values("prod"), ["aws", "cluster"], {"existing": existing})
+    ((path, message),) = _error(values).problems
+    assert path == "aws" and "subnet_ids: 1 subnets cannot cover the 3 zones" in message
+
+
 def test_overlapping_team_prefixes_are_rejected():
     values = stack_values("prod")
     values["teams"][1]["checkpoint_prefix"] = "teams/vision/nested"
