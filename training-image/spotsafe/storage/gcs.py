@@ -5,6 +5,7 @@ The client honours STORAGE_EMULATOR_HOST, so the same code talks to GCS and to f
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,8 +26,12 @@ class GCSStore:
         try:
             from google.api_core.retry import Retry
             from google.cloud import storage
+            from google.cloud.storage._media import _upload
         except ImportError as e:
             raise StorageError("gs:// URIs need the GCS client: pip install 'spotsafe[gcs]'") from e
+        # Multipart uploads draw their boundary from the module-level `random`. Uploads run beside
+        # training, whose global RNG is part of an exact resume: give them a generator of their own.
+        _upload.random = random.Random()
         self.uri = uri
         self.prefix = f"{prefix}/" if prefix else ""
         self.max_attempts = max_attempts
@@ -36,6 +41,14 @@ class GCSStore:
         # Exponential backoff bounded by a deadline that grows with the attempts allowed.
         self.retry = Retry(initial=0.2, maximum=5.0, multiplier=2.0, timeout=2.0 * max_attempts)
         self.timeout = (connect_timeout_s, 60)
+
+    def _blob(self, key: str):
+        return self.bucket.blob(self.prefix + key)
+
+    def _upload(self, key: str, data: bytes | memoryview, **conditions: int) -> None:
+        self._blob(key).upload_from_string(
+            bytes(data), retry=self.retry, timeout=self.timeout, **conditions
+        )
 
     @contextmanager
     def _translated(self, action: str, key: str = "") -> Iterator[None]:
@@ -69,27 +82,21 @@ class GCSStore:
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         with self._translated("upload", key):
-            self.bucket.blob(self.prefix + key).upload_from_string(
-                bytes(data), retry=self.retry, timeout=self.timeout
-            )
+            self._upload(key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         from google.api_core.exceptions import PreconditionFailed
 
         with self._translated("create-only put", key):
             try:
-                self.bucket.blob(self.prefix + key).upload_from_string(
-                    data, if_generation_match=0, retry=self.retry, timeout=self.timeout
-                )
+                self._upload(key, data, if_generation_match=0)
             except PreconditionFailed:
                 return False
         return True
 
     def get(self, key: str) -> bytes:
         with self._translated("download", key):
-            return self.bucket.blob(self.prefix + key).download_as_bytes(
-                retry=self.retry, timeout=self.timeout
-            )
+            return self._blob(key).download_as_bytes(retry=self.retry, timeout=self.timeout)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         with self._translated("list", prefix):
@@ -104,8 +111,6 @@ class GCSStore:
         for key in keys:
             with self._translated("delete", key):
                 try:
-                    self.bucket.blob(self.prefix + key).delete(
-                        retry=self.retry, timeout=self.timeout
-                    )
+                    self._blob(key).delete(retry=self.retry, timeout=self.timeout)
                 except NotFound:
                     continue

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from spotsafe.errors import StoragePermissionError
+from spotsafe.errors import ObjectMissingError, StoragePermissionError
 from spotsafe.storage import ObjectInfo
 
 
@@ -45,7 +45,10 @@ class LocalStore:
             tmp.unlink()
 
     def get(self, key: str) -> bytes:
-        return (self.root / key).read_bytes()
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError as e:
+            raise ObjectMissingError(f"{self.uri}/{key} does not exist") from e
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         found = []

@@ -1,0 +1,113 @@
+"""Test harness for the runtime: a real TCP proxy, trainer processes, direct bucket reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlparse
+
+import boto3
+
+TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
+_REQUEST_LINE = re.compile(rb"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/1")
+
+
+class TcpProxy:
+    """A TCP proxy in front of a real server that a test can take down, slow down and watch.
+
+    Down: open connections are cut and new ones closed at once, as when a storage endpoint
+    becomes unreachable. Clearing ``flowing`` holds every transfer where it is. Every HTTP
+    request line that passes is recorded.
+    """
+
+    def __init__(self, upstream_url: str) -> None:
+        up = urlparse(upstream_url)
+        self.upstream = (up.hostname, up.port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.up = True
+        self.chunk_delay_s = 0.0
+        self.flowing = threading.Event()  # cleared: traffic is held mid-stream
+        self.flowing.set()
+        self.requests: list[str] = []
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            server = socket.create_connection(self.upstream)
+            with self._lock:
+                self._open |= {client, server}
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
+        try:
+            while self.up and (data := src.recv(16384)):
+                if record:
+                    lines = [m[1] + b" " + m[2] for m in _REQUEST_LINE.finditer(data)]
+                    with self._lock:
+                        self.requests += [line.decode() for line in lines]
+                time.sleep(self.chunk_delay_s)
+                self.flowing.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with self._lock:
+                self._open.discard(s)
+            s.close()
+
+    def down(self) -> None:
+        self.up = False
+        with self._lock:
+            for s in self._open:
+                s.shutdown(socket.SHUT_RDWR)
+
+    def restore(self) -> None:
+        self.up = True
+
+    def close(self) -> None:
+        self.flowing.set()
+        self.down()
+        self.listener.close()
+
+
+def s3_keys(uri: str) -> list[str]:
+    """Every key under an s3:// URI, relative to it, read straight from the server."""
+    parsed = urlparse(uri)
+    prefix = parsed.path.strip("/") + "/"
+    listing = boto3.client("s3").list_objects_v2(Bucket=parsed.netloc, Prefix=prefix)
+    return sorted(o["Key"][len(prefix) :] for o in listing.get("Contents", []))
+
+
+def start_trainer(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*TRAINER, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def run_trainer(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict | None, str]:
+    """Run the example trainer to the end: (exit code, its JSON result or None, stderr)."""
+    proc = start_trainer(*args, env=env)
+    out, err = proc.communicate(timeout=120)
+    lines = out.strip().splitlines()
+    return proc.returncode, json.loads(lines[-1]) if lines else None, err
