@@ -28,6 +28,9 @@ SCRATCH_DIR = "/scratch"
 METRICS_PORT = 9400
 METRICS_PORT_NAME = "metrics"
 RENDEZVOUS_PORT = 29400
+# A lost peer fails the survivors' workers once, and torchrun counts that as a restart; a long
+# run on spot sees many of them.
+ELASTIC_MAX_RESTARTS = 100
 # Unprivileged ids above the host's user range, so a container escape maps to no host user.
 RUN_AS_UID = 10001
 RUN_AS_GID = 10001
@@ -88,8 +91,7 @@ def multi_node_job(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> lis
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={endpoint}",
         "--rdzv-id=$(RUN_NAME)",
-        # Restarts are how elastic membership changes: one per lost or returning node.
-        f"--max-restarts={max_nodes * 4}",
+        f"--max-restarts={ELASTIC_MAX_RESTARTS}",
         *spec.command,
     ]
     pod = _pod_spec(spec, command)

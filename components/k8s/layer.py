@@ -156,6 +156,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                     queue_url=args.interruption_queue_url,
                     region=args.region,
                     node_grace_seconds=args.notice_seconds,
+                    monitor_labels=dict(m.prometheus_selector_labels),
                 ),
                 child,
             )

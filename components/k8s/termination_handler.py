@@ -27,6 +27,8 @@ class NodeTerminationHandlerArgs:
     # Longest pod grace period on the node: the drain is scheduled to fit it.
     node_grace_seconds: int = 120
     service_account_annotations: dict[str, str] | None = None
+    # Labels the Prometheus operator selects ServiceMonitors by.
+    monitor_labels: dict[str, str] | None = None
 
 
 def handler_values(args: NodeTerminationHandlerArgs) -> dict:
@@ -46,7 +48,7 @@ def handler_values(args: NodeTerminationHandlerArgs) -> dict:
         # Every node of this cluster is the handler's to drain; the queue is this cluster's own.
         "checkTagBeforeDraining": False,
         "enablePrometheusServer": True,
-        "serviceMonitor": {"create": True},
+        "serviceMonitor": {"create": True, "labels": args.monitor_labels or {}},
         "serviceAccount": {
             "create": True,
             "name": SERVICE_ACCOUNT,
