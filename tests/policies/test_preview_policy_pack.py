@@ -4,6 +4,7 @@ on every stack under stacks/."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -132,21 +133,34 @@ def test_every_stack_passes_with_no_mandatory_violation(stack_preview):
     assert elapsed < 10, f"policy verdict on {stack} took {elapsed:.1f} s"
 
 
-def test_the_pack_sees_the_stacks_own_bucket_pool_and_roles(stack_preview):
-    """Not vacuous: break the stack's real resources and the pack notices."""
+def break_regime(resource):
+    """The stack's own resource with one rule of the regime broken, or None to drop it."""
+    inputs = resource.inputs
+    if resource.type == "aws:s3/bucketVersioning:BucketVersioning":
+        return None
+    if resource.type == "aws:eks/nodeGroup:NodeGroup" and inputs.get("capacityType") == "SPOT":
+        inputs = {**inputs, "taints": []}
+    if resource.type.endswith(":PriorityClass") and "services" in inputs["metadata"]["name"]:
+        inputs = {**inputs, "value": 1}
+    if resource.type == "aws:iam/rolePolicy:RolePolicy" and resource.name.endswith("-checkpoints"):
+        document = json.loads(inputs["policy"])
+        for statement in document["Statement"]:
+            if statement["Action"] == "s3:DeleteObjectVersion":
+                statement["Effect"] = "Allow"
+        inputs = {**inputs, "policy": json.dumps(document)}
+    return dataclasses.replace(resource, inputs=inputs)
+
+
+def test_the_pack_sees_the_stacks_own_resources(stack_preview):
+    """Not vacuous: break the stack's real bucket, spot pool, priorities and team roles."""
     stack, resources = stack_preview
-    broken = []
-    for resource in resources:
-        if resource.type == "aws:s3/bucketVersioning:BucketVersioning":
-            continue
-        if (
-            resource.type == "aws:eks/nodeGroup:NodeGroup"
-            and resource.inputs.get("capacityType") == "SPOT"
-        ):
-            resource = dataclasses.replace(resource, inputs={**resource.inputs, "taints": []})
-        broken.append(resource)
+    broken = [r for r in map(break_regime, resources) if r is not None]
     report = check_preview(PACK_DIR, REPO_ROOT, stack, broken)
     assert {v.policy for v in report.mandatory} == {
         "s3-bucket-versioning-enabled",
         "eks-spot-pool-tainted",
+        "k8s-services-priority-not-preemptible",
+        "iam-workload-no-delete-object-version",
+        # the flipped statement also reaches every object of the bucket, not the team's prefix
+        "iam-workload-prefix-scoped",
     }
