@@ -79,6 +79,9 @@ class NewCluster(Model):
     name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
     version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
     vpc_cidr: str = Field(default="10.0.0.0/16", pattern=r"^10\.\d{1,3}\.0\.0/16$")
+    nat_gateway_per_zone: bool = Field(
+        default=False, description="One NAT gateway per zone: egress survives a zone outage."
+    )
     public_endpoint_cidrs: list[str] = Field(
         default_factory=list,
         description="CIDRs allowed to reach the public API endpoint; empty = private only.",

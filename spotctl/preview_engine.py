@@ -196,6 +196,7 @@ EC2_ID_PREFIX = {
     "aws:ec2/routeTableAssociation:RouteTableAssociation": "rtbassoc",
     "aws:ec2/securityGroup:SecurityGroup": "sg",
     "aws:ec2/launchTemplate:LaunchTemplate": "lt",
+    "aws:ec2/vpcEndpoint:VpcEndpoint": "vpce",
 }
 
 

@@ -78,7 +78,12 @@ class Cluster(pulumi.ComponentResource):
         network = Network(
             f"{name}-network",
             NetworkArgs(
-                cluster_name=create.name, zones=args.zones, cidr=create.vpc_cidr, tags=args.tags
+                cluster_name=create.name,
+                region=args.region,
+                zones=args.zones,
+                cidr=create.vpc_cidr,
+                nat_gateway_per_zone=create.nat_gateway_per_zone,
+                tags=args.tags,
             ),
             opts=child,
         )

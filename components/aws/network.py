@@ -1,4 +1,5 @@
-"""VPC for a new cluster: a public and a private subnet in every zone, one NAT gateway."""
+"""VPC for a new cluster: a public and a private subnet in every zone, NAT egress, and an S3
+gateway endpoint so checkpoint traffic never pays for NAT."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import pulumi_aws as aws
 @dataclass(frozen=True)
 class NetworkArgs:
     cluster_name: str
+    region: str
     zones: list[str]
     cidr: str
+    nat_gateway_per_zone: bool = False
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -55,7 +58,7 @@ class Network(pulumi.ComponentResource):
             tags={**args.tags, "Name": f"{name}-public"},
             opts=child,
         )
-        public, private = [], []
+        public = []
         for index, zone in enumerate(args.zones):
             subnet = aws.ec2.Subnet(
                 f"{name}-public-{zone}",
@@ -72,22 +75,30 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
             public.append(subnet)
-        nat_ip = aws.ec2.Eip(f"{name}-nat", domain="vpc", tags=args.tags, opts=child)
-        nat = aws.ec2.NatGateway(
-            f"{name}-nat",
-            allocation_id=nat_ip.id,
-            subnet_id=public[0].id,
-            tags={**args.tags, "Name": f"{name}-nat"},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
-        )
-        private_table = aws.ec2.RouteTable(
-            f"{name}-private",
-            vpc_id=vpc.id,
-            routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
-            tags={**args.tags, "Name": f"{name}-private"},
-            opts=child,
-        )
+        # One NAT gateway is cheap; one per zone keeps egress alive through a zone outage.
+        nat_zones = args.zones if args.nat_gateway_per_zone else args.zones[:1]
+        nats = {}
+        for zone, subnet in zip(args.zones, public, strict=True):
+            if zone not in nat_zones:
+                continue
+            address = aws.ec2.Eip(f"{name}-nat-{zone}", domain="vpc", tags=args.tags, opts=child)
+            nats[zone] = aws.ec2.NatGateway(
+                f"{name}-nat-{zone}",
+                allocation_id=address.id,
+                subnet_id=subnet.id,
+                tags={**args.tags, "Name": f"{name}-nat-{zone}"},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+            )
+        private, private_tables = [], []
         for index, zone in enumerate(args.zones):
+            nat = nats.get(zone, nats[args.zones[0]])
+            table = aws.ec2.RouteTable(
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
+                tags={**args.tags, "Name": f"{name}-private-{zone}"},
+                opts=child,
+            )
             subnet = aws.ec2.Subnet(
                 f"{name}-private-{zone}",
                 vpc_id=vpc.id,
@@ -99,10 +110,21 @@ class Network(pulumi.ComponentResource):
             aws.ec2.RouteTableAssociation(
                 f"{name}-private-{zone}",
                 subnet_id=subnet.id,
-                route_table_id=private_table.id,
+                route_table_id=table.id,
                 opts=child,
             )
             private.append(subnet)
+            private_tables.append(table)
+        # Checkpoint traffic goes to S3 through a (free) gateway endpoint, never through NAT.
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=vpc.id,
+            service_name=f"com.amazonaws.{args.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[table.id for table in private_tables],
+            tags={**args.tags, "Name": f"{name}-s3"},
+            opts=child,
+        )
 
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private])

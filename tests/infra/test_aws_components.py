@@ -333,6 +333,20 @@ def test_network_has_private_and_public_subnet_per_zone(prod: Preview):
     assert len(set(cidrs)) == len(cidrs)
 
 
+def test_private_egress_per_zone_and_s3_bypasses_nat(prod: Preview, stack_preview):
+    assert len(prod.of_type("aws:ec2/natGateway:NatGateway")) == len(PROD.zones)
+    assert len(stack_preview("dev").of_type("aws:ec2/natGateway:NatGateway")) == 1
+    private_tables = [
+        t for t in prod.of_type("aws:ec2/routeTable:RouteTable") if "-private-" in t.name
+    ]
+    nat_ids = {n.id for n in prod.of_type("aws:ec2/natGateway:NatGateway")}
+    assert {t.inputs["routes"][0]["natGatewayId"] for t in private_tables} == nat_ids
+    endpoint = prod.one("aws:ec2/vpcEndpoint:VpcEndpoint", "-s3")
+    assert endpoint.inputs["serviceName"] == f"com.amazonaws.{PROD.region}.s3"
+    assert endpoint.inputs["vpcEndpointType"] == "Gateway" and endpoint.id.startswith("vpce-")
+    assert sorted(endpoint.inputs["routeTableIds"]) == sorted(t.id for t in private_tables)
+
+
 def test_attach_to_existing_cluster(program_copy):
     values = stack_values("dev")
     subnets = ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
@@ -403,7 +417,10 @@ def _spec(**overrides) -> PoolSpec:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: NetworkArgs(cluster_name="c", zones=[], cidr="10.0.0.0/16"), "zones"),
+        (
+            lambda: NetworkArgs(cluster_name="c", region="r", zones=[], cidr="10.0.0.0/16"),
+            "zones",
+        ),
         (lambda: ClusterArgs(region="us-east-1", zones=["us-east-1a"]), "exactly one"),
         (
             lambda: ManagedNodeGroupPoolArgs(
