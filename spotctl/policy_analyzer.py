@@ -60,7 +60,7 @@ class PolicyReport:
     pack: str
     version: str
     violations: list[Violation] = field(default_factory=list)
-    logs: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)  # the pack's output; complete once closed
 
     @property
     def mandatory(self) -> list[Violation]:
@@ -70,8 +70,8 @@ class PolicyReport:
 class _EngineLog(engine_pb2_grpc.EngineServicer):
     """The engine address a plugin is started with: plugins may log through it."""
 
-    def __init__(self) -> None:
-        self.messages: list[str] = []
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = messages
 
     def Log(self, request, context):  # noqa: N802 (gRPC method name)
         self.messages.append(f"{request.severity}: {request.message}")
@@ -188,7 +188,10 @@ class PolicyAnalyzer:
         self.project, self.stack = project, stack
         self.stack_config = dict(stack_config or {})
         self.policy_config = dict(policy_config or {})
-        self._engine = _EngineLog()
+        # What the pack says, through the engine or on its stdout/stderr; complete once closed.
+        self._logs: list[str] = []
+        self._engine = _EngineLog(self._logs)
+        self._drainers: list[threading.Thread] = []
         self._engine_server: grpc.Server | None = None
         self._process: subprocess.Popen | None = None
         self._channel: grpc.Channel | None = None
@@ -283,7 +286,17 @@ class PolicyAnalyzer:
             raise PolicyPackError(
                 f"policy pack {self.pack_dir} failed to start:\n" + "\n".join(detail)
             )
+        # From here on the pack's prints are diagnostics, as the CLI shows them; draining the
+        # pipes also keeps a chatty pack from blocking on a full one.
+        for stream in (self._process.stdout, self._process.stderr):
+            drainer = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+            drainer.start()
+            self._drainers.append(drainer)
         return int(text)
+
+    def _drain(self, stream) -> None:
+        for line in stream:
+            self._logs.append(line.rstrip())
 
     def analyze(self, resources: Iterable[PreviewResource]) -> PolicyReport:
         resources = list(resources)
@@ -331,7 +344,7 @@ class PolicyAnalyzer:
                 )
                 for d in diagnostics
             ],
-            logs=list(self._engine.messages),
+            logs=self._logs,
         )
 
     def _provider(
@@ -372,10 +385,12 @@ class PolicyAnalyzer:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
             try:
-                self._process.communicate(timeout=10)
+                self._process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._process.kill()
-                self._process.communicate()
+                self._process.wait()
+        for drainer in self._drainers:
+            drainer.join(timeout=10)
         if self._engine_server is not None:
             self._engine_server.stop(None)
 
@@ -439,4 +454,6 @@ def format_report(report: PolicyReport) -> str:
             lines.append(f"        {detail}")
     if not report.violations:
         lines.append("  no violations")
+    if report.logs:
+        lines += ["", "  pack output:", *(f"    {line}" for line in report.logs)]
     return "\n".join(lines)

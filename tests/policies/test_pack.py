@@ -82,3 +82,25 @@ def test_readme_table_is_in_sync_with_the_pack():
         timeout=120,
     )
     assert check.returncode == 0, check.stderr
+
+
+def test_any_python_pack_runs_with_the_stacks_config_and_its_output_shown(tmp_path):
+    (tmp_path / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 1.2.3\n")
+    (tmp_path / "__main__.py").write_text(
+        "import sys\n"
+        "import pulumi.runtime\n"
+        "from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy\n"
+        "def region(args, report_violation):\n"
+        "    print('checking', args.name, file=sys.stderr, flush=True)\n"
+        "    report_violation('region is ' + pulumi.runtime.get_config('aws:region'))\n"
+        "PolicyPack('tiny', [ResourceValidationPolicy('tiny-region', 'says the region', region,\n"
+        "                                            EnforcementLevel.MANDATORY)])\n"
+    )
+    config = {"aws:region": "eu-north-1"}
+    with PolicyAnalyzer(tmp_path, project="p", stack="s", stack_config=config) as pack:
+        report = pack.analyze([resource("aws:sqs/queue:Queue", "q", {})])
+    assert (report.pack, report.version) == ("tiny", "1.2.3")
+    assert [(v.policy, v.level, v.message.splitlines()[-1]) for v in report.violations] == [
+        ("tiny-region", "mandatory", "region is eu-north-1")
+    ]
+    assert "checking q" in report.logs
