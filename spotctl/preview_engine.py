@@ -80,15 +80,34 @@ def stack_config(path: Path, project_name: str) -> tuple[dict[str, str], list[st
         if isinstance(value, dict) and set(value) == {"secure"}:
             config[full_key] = "[secret]"
             secret_keys.append(full_key)
-        elif isinstance(value, str):
-            config[full_key] = value
-        elif isinstance(value, bool):
-            config[full_key] = "true" if value else "false"
-        elif isinstance(value, int | float):
-            config[full_key] = str(value)
         else:
-            config[full_key] = json.dumps(value)
+            config[full_key] = _config_string(value)
     return config, secret_keys
+
+
+def program_config(
+    program_dir: Path, project: dict[str, Any], stack: str
+) -> tuple[dict[str, str], list[str]]:
+    """The config a program sees: Pulumi.yaml's `config:` defaults, overridden by the stack's."""
+    config = {}
+    for key, declared in (project.get("config") or {}).items():
+        full_key = key if ":" in key else f"{project['name']}:{key}"
+        if not isinstance(declared, dict):
+            config[full_key] = _config_string(declared)
+        elif "value" in declared or "default" in declared:
+            config[full_key] = _config_string(declared.get("value", declared.get("default")))
+    values, secret_keys = stack_config(stack_file(program_dir, project, stack), project["name"])
+    return {**config, **values}, secret_keys
+
+
+def _config_string(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value)
 
 
 def _hex(seed: str, length: int) -> str:
@@ -365,7 +384,7 @@ def strict_deprecations() -> None:
 
 def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[str, Any]]:
     project = load_project(program_dir)
-    config, secret_keys = stack_config(stack_file(program_dir, project, stack), project["name"])
+    config, secret_keys = program_config(program_dir, project, stack)
     main = (program_dir / project.get("main", ".")).resolve()
     os.chdir(program_dir)
     sys.path.insert(0, str(main if main.is_dir() else main.parent))

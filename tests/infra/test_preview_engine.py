@@ -55,6 +55,21 @@ def test_config_reaches_the_program_as_the_cli_passes_it(tmp_path):
     assert queue.id == queue.outputs["url"]
 
 
+def test_project_config_defaults_apply_unless_the_stack_overrides_them(tmp_path):
+    project = PROJECT + "config:\n  size: 1\n  label:\n    type: string\n    default: blue\n"
+    program = _program(
+        tmp_path,
+        """
+        import pulumi, pulumi_aws as aws
+        config = pulumi.Config()
+        aws.sqs.Queue("q", tags={"size": config.require("size"), "label": config.require("label")})
+        """,
+        project=project,
+    )
+    (queue,) = [r for r in preview_program(program, "test") if r.type == "aws:sqs/queue:Queue"]
+    assert queue.inputs["tags"] == {"size": "3", "label": "blue"}
+
+
 def test_explicit_provider_region_shapes_outputs_and_is_recorded(tmp_path):
     program = _program(
         tmp_path,
