@@ -371,11 +371,10 @@ class PolicyAnalyzer:
             for key, value in self.stack_config.items()
             if key.startswith(prefix)
         }
-        name = "default"
         return analyzer_pb2.AnalyzerProviderResource(
-            urn=f"urn:pulumi:{self.stack}::{self.project}::pulumi:providers:{package}::{name}",
+            urn=f"urn:pulumi:{self.stack}::{self.project}::pulumi:providers:{package}::default",
             type=f"pulumi:providers:{package}",
-            name=name,
+            name="default",
             properties=to_struct(inputs),
         )
 
