@@ -130,12 +130,13 @@ def command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1 if exc.crashed else 2) from None
     typer.echo(resource_tree(resources))
-    if policy_pack is not None:
-        check_policies(policy_pack, program, stack, resources, policy_pack_config)
+    # Written before the policies run: a mandatory violation must not cost the plan.
     if json_path is not None:
         keep = ("type", "name", "parent", "inputs")
         document = {"resources": [{k: asdict(r)[k] for k in keep} for r in resources]}
         json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    if policy_pack is not None:
+        check_policies(policy_pack, program, stack, resources, policy_pack_config)
 
 
 def check_policies(
