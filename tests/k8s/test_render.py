@@ -11,11 +11,19 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 
+from components.config import StackConfig, load_config
 from spotctl.render import KUBERNETES_VERSION, Rendered, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-TEAMS = {"vision": "team-vision", "language": "team-language"}
+
+def _prod_config() -> StackConfig:
+    raw = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.prod.yaml").read_text())["config"]
+    return load_config({key.split(":", 1)[1]: value for key, value in raw.items()})
+
+
+PROD = _prod_config()
+TEAMS = {team.name: team.namespace for team in PROD.teams}
 
 
 def by_kind(rendered: Rendered, kind: str) -> list[dict]:
@@ -68,8 +76,10 @@ def test_every_team_gets_namespace_quota_queue_and_templates(
     quota = {
         q["metadata"]["namespace"]: q["spec"]["hard"] for q in by_kind(rendered, "ResourceQuota")
     }
-    # prod: vision 64 spot + 8 on-demand GPUs; the namespace quota is never below Kueue's.
-    assert int(quota["team-vision"]["requests.nvidia.com/gpu"]) >= 72
+    # The namespace quota never stops what Kueue admits.
+    for team in PROD.teams:
+        gpus = int(quota[team.namespace]["requests.nvidia.com/gpu"])
+        assert gpus >= team.spot_gpus + team.on_demand_gpus
 
 
 def test_priorities_protect_services(prod_render: tuple[Rendered, Path, float]) -> None:
@@ -91,7 +101,7 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
     nth = releases["aws-node-termination-handler"]
     assert (nth["chart"], nth["version"]) == ("aws-node-termination-handler", "0.27.6")
     assert nth["values"]["enableSqsTerminationDraining"] is True
-    assert nth["values"]["queueURL"].startswith("https://sqs.us-west-2.amazonaws.com/")
+    assert nth["values"]["queueURL"].startswith(f"https://sqs.{PROD.region}.amazonaws.com/")
     chart = yaml.safe_load(
         (shared_schemas / "aws-node-termination-handler-chart-0.27.6" / "values.yaml").read_text()
     )
@@ -190,8 +200,9 @@ def test_dashboard_shows_what_the_issue_asks(prod_render: tuple[Rendered, Path, 
     ):
         assert topic in titles
     savings = next(p for p in dashboard["panels"] if p["title"].startswith("Savings"))
-    # prod prices: 4.10 on-demand - 1.60 spot per GPU-hour.
-    assert "* 2.5" in savings["targets"][0]["expr"]
+    prices = PROD.kubernetes.monitoring
+    saving = round(prices.on_demand_gpu_hour_usd - prices.spot_gpu_hour_usd, 6)
+    assert savings["targets"][0]["expr"].endswith(f" * {saving}")
 
 
 def test_cli_writes_the_files_and_rejects_an_unknown_stack(tmp_path: Path) -> None:
