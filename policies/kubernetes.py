@@ -1,11 +1,12 @@
-"""Kubernetes objects managed by the stack: services are never preempted by training, and a
-spot-tolerating training job never counts a preemption as a failure."""
+"""Kubernetes objects managed by the stack: services are never preempted by training, a
+spot-tolerating training job never counts a preemption as a failure, and Karpenter spot node pools
+are tainted and diversified like EKS ones."""
 
 from __future__ import annotations
 
 import re
 
-from policies.inputs import dig, of_type
+from policies.inputs import as_list, dig, of_type
 from policies.rule import ADVISORY, MANDATORY, ResourceRule, StackRule
 from policies.spot_workloads import (
     grace_seconds,
@@ -16,6 +17,8 @@ from policies.spot_workloads import (
 )
 
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
+KARPENTER_NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+GUARDING_EFFECTS = ("NoSchedule", "NoExecute")
 JOB_KINDS = {
     "kubernetes:batch/v1:Job": "Job",
     "kubernetes:batch/v1:CronJob": "CronJob",
@@ -80,6 +83,53 @@ def _check_grace_period(args, report_violation, settings) -> None:
             )
 
 
+def _karpenter_spot_pool(args):
+    """The node template of a Karpenter NodePool that may launch spot capacity, else None."""
+    if args.resource_type != KARPENTER_NODE_POOL:
+        return None
+    template = dig(args.props, "spec", "template", "spec", default={})
+    for requirement in as_list(dig(template, "requirements")):
+        if (
+            dig(requirement, "key") == "karpenter.sh/capacity-type"
+            and dig(requirement, "operator") == "In"
+            and "spot" in as_list(dig(requirement, "values"))
+        ):
+            return template
+    return None
+
+
+def _check_karpenter_tainted(args, report_violation, _settings) -> None:
+    template = _karpenter_spot_pool(args)
+    if template is None:
+        return
+    if not any(dig(t, "effect") in GUARDING_EFFECTS for t in as_list(dig(template, "taints"))):
+        report_violation(
+            f"Karpenter NodePool '{args.name}' launches spot nodes without a NoSchedule or "
+            "NoExecute taint"
+        )
+
+
+def _check_karpenter_diversified(args, report_violation, settings) -> None:
+    """An `In` requirement narrows the choice; no requirement leaves Karpenter every option."""
+    template = _karpenter_spot_pool(args)
+    if template is None:
+        return
+    limits = {
+        "node.kubernetes.io/instance-type": ("instance type(s)", settings["minInstanceTypes"]),
+        "topology.kubernetes.io/zone": ("zone(s)", settings["minZones"]),
+    }
+    for requirement in as_list(dig(template, "requirements")):
+        key = dig(requirement, "key")
+        if key in limits and dig(requirement, "operator") == "In":
+            what, minimum = limits[key]
+            count = len(set(as_list(dig(requirement, "values"))))
+            if count < minimum:
+                report_violation(
+                    f"Karpenter NodePool '{args.name}' allows {count} {what}; "
+                    f"diversify over at least {minimum:g}"
+                )
+
+
 POLICIES = [
     StackRule(
         "k8s-services-priority-not-preemptible",
@@ -108,5 +158,25 @@ POLICIES = [
         _check_grace_period,
         ADVISORY,
         config={"noticeBudgetSeconds": {"type": "integer", "minimum": 1, "default": 120}},
+    ),
+    ResourceRule(
+        "karpenter-spot-pool-tainted",
+        "Karpenter NodePools that allow capacity-type spot taint their nodes NoSchedule or "
+        "NoExecute.",
+        "The same guard as for EKS node groups, for clusters that provision with Karpenter.",
+        _check_karpenter_tainted,
+        MANDATORY,
+    ),
+    ResourceRule(
+        "karpenter-spot-pool-diversified",
+        "Karpenter spot NodePools that restrict instance types or zones with `In` still allow "
+        "at least minInstanceTypes types and minZones zones.",
+        "Spot capacity runs dry per instance type and zone; a narrow NodePool stalls jobs.",
+        _check_karpenter_diversified,
+        ADVISORY,
+        config={
+            "minInstanceTypes": {"type": "integer", "minimum": 1, "default": 3},
+            "minZones": {"type": "integer", "minimum": 1, "default": 2},
+        },
     ),
 ]

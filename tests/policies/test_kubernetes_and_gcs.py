@@ -161,3 +161,70 @@ def test_gcs_bucket(violations, policy, violating, missing):
     assert violations(policy, resource(GCS, "ckpt", {**GOOD_GCS, **violating}))
     without = {k: v for k, v in GOOD_GCS.items() if k != missing}
     assert violations(policy, resource(GCS, "ckpt", without))
+
+
+KARPENTER = "kubernetes:karpenter.sh/v1:NodePool"
+SPOT_REQUIREMENTS = [
+    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+    {
+        "key": "node.kubernetes.io/instance-type",
+        "operator": "In",
+        "values": ["g5.12xlarge", "g6.12xlarge", "g6e.12xlarge"],
+    },
+]
+
+
+def node_pool(
+    requirements=SPOT_REQUIREMENTS,
+    taints=({"key": "capacity-type", "value": "spot", "effect": "NoSchedule"},),
+):
+    template = {"requirements": list(requirements)}
+    if taints is not None:
+        template["taints"] = list(taints)
+    return resource(KARPENTER, "gpu-spot", {"spec": {"template": {"spec": template}}})
+
+
+@pytest.mark.parametrize(
+    ("case", "pool", "violates"),
+    [
+        ("compliant", node_pool(), False),
+        (
+            "violating: soft taint",
+            node_pool(taints=[{"key": "k", "effect": "PreferNoSchedule"}]),
+            True,
+        ),
+        ("missing: no taints", node_pool(taints=None), True),
+        ("on-demand needs none", node_pool(requirements=SPOT_REQUIREMENTS[1:], taints=None), False),
+    ],
+)
+def test_karpenter_spot_pool_tainted(violations, case, pool, violates):
+    assert bool(violations("karpenter-spot-pool-tainted", pool)) == violates, case
+
+
+@pytest.mark.parametrize(
+    ("case", "extra", "expected"),
+    [
+        ("compliant", [], []),
+        (
+            "violating: one zone",
+            [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2a"]}],
+            ["allows 1 zone(s)"],
+        ),
+        ("missing: no instance-type requirement leaves every type", None, []),
+    ],
+)
+def test_karpenter_spot_pool_diversified(violations, case, extra, expected):
+    requirements = SPOT_REQUIREMENTS[:1] if extra is None else [*SPOT_REQUIREMENTS, *extra]
+    found = violations("karpenter-spot-pool-diversified", node_pool(requirements=requirements))
+    assert len(found) == len(expected), case
+    assert all(e in m for e, m in zip(expected, found, strict=True)), case
+
+
+def test_karpenter_pool_with_two_instance_types_is_reported(violations):
+    narrow = [
+        SPOT_REQUIREMENTS[0],
+        {**SPOT_REQUIREMENTS[1], "values": ["g5.12xlarge", "g6.12xlarge"]},
+    ]
+    assert violations("karpenter-spot-pool-diversified", node_pool(requirements=narrow)) == [
+        "Karpenter NodePool 'gpu-spot' allows 2 instance type(s); diversify over at least 3"
+    ]
