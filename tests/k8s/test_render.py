@@ -47,8 +47,9 @@ def test_prod_renders_and_validates_in_under_20_seconds(
     assert total < 20
 
 
-def test_kubernetes_version_is_one_kubernetes_validate_knows() -> None:
+def test_validation_targets_the_prod_cluster_version() -> None:
     assert f"{KUBERNETES_VERSION}.0" in kubernetes_validate.utils.all_versions()
+    assert PROD.aws.cluster.create.version == KUBERNETES_VERSION
 
 
 def test_every_team_gets_namespace_quota_queue_and_templates(
