@@ -1,0 +1,60 @@
+"""A user's mistakes end in one clear message naming what is wrong, never a traceback, and
+lose nothing already committed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from spotsafe import Checkpointer, Extras
+from spotsafe.errors import ConfigError, StateMismatchError
+from spotsafe_harness import run_trainer, s3_keys
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("s3://no-such-bucket/run", "bucket 'no-such-bucket' does not exist at http://"),
+        ("s3:/bucket/run", "names no bucket"),
+        ("https://bucket/run", "is not supported"),
+    ],
+)
+def test_cli_names_the_mistake(aws_env: str, uri: str, message: str) -> None:
+    rc, result, err = run_trainer("--steps", "5", "--checkpoint-uri", uri)
+    assert (rc, result) == (2, None)
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_names_an_unreachable_endpoint(aws_env: str, proxy) -> None:
+    proxy.down()
+    rc, _, err = run_trainer(
+        "--steps", "5", "--checkpoint-uri", "s3://bucket/run", env={"AWS_ENDPOINT_URL": proxy.url}
+    )
+    assert rc == 2
+    assert f"S3 endpoint {proxy.url} did not answer" in err and "Traceback" not in err
+
+
+def test_state_that_does_not_fit_the_model_is_refused(s3_uri: str) -> None:
+    rc, _, err = run_trainer("--steps", "10", "--checkpoint-uri", s3_uri)
+    assert rc == 0, err
+    rc, result, err = run_trainer("--steps", "20", "--size", "medium", "--checkpoint-uri", s3_uri)
+    assert (rc, result) == (2, None)
+    assert "entry 'model' does not fit" in err and "size mismatch" in err
+    assert "Traceback" not in err
+    assert "step-10/manifest.json" in s3_keys(s3_uri)
+
+
+def test_state_with_other_entries_is_refused(tmp_path) -> None:
+    uri = f"file://{tmp_path}"
+    Checkpointer(uri, async_save=False).save(1, {"a": Extras(x=1)})
+    with pytest.raises(StateMismatchError, match=r"missing: \['b'\], unexpected: \['a'\]"):
+        Checkpointer(uri).restore({"b": Extras()})
+
+
+def test_plain_values_in_state_are_refused(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"state\['lr'\] is a float.*spotsafe.Extras"):
+        Checkpointer(f"file://{tmp_path}").save(1, {"lr": 0.1, "w": Extras(t=torch.ones(1))})
+
+
+def test_unknown_option_is_refused(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="keep_latest"):
+        Checkpointer(f"file://{tmp_path}", keep_latest=3)
