@@ -10,12 +10,13 @@ while spot is dry. The runbook `JobPendingOnSpotTooLong` shows how to send it to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.config import KueueConfig
 from components.k8s.placement import Placement
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -39,16 +40,6 @@ class TeamQueue:
 
 
 @dataclass(frozen=True)
-class KueueSettings:
-    cohort: str = "training"
-    pods_ready_timeout: str = "10m"
-    recovery_timeout: str = "15m"
-    backoff_base_seconds: int = 60
-    backoff_max_seconds: int = 900
-    install: bool = True
-
-
-@dataclass(frozen=True)
 class KueueArgs:
     teams: tuple[TeamQueue, ...]
     spot: Placement
@@ -56,7 +47,7 @@ class KueueArgs:
     cpu_per_gpu: int
     memory_gib_per_gpu: int
     gpu_resource: str = "nvidia.com/gpu"
-    settings: KueueSettings = KueueSettings()
+    settings: KueueConfig = field(default_factory=KueueConfig)
 
     def __post_init__(self) -> None:
         if not self.teams:
@@ -67,7 +58,7 @@ class KueueArgs:
                     raise ValueError(f"team {team.team!r}: {attr} must be >= 0")
 
 
-def kueue_configuration(settings: KueueSettings) -> dict:
+def kueue_configuration(settings: KueueConfig) -> dict:
     """The Kueue controller Configuration; the chart's defaults plus what spot training needs."""
     return {
         "apiVersion": CONFIG_API_VERSION,

@@ -14,7 +14,7 @@ from components.config import KubernetesConfig, Team
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
 from components.k8s.jobs import TrainingJobSpec
-from components.k8s.kueue import LOCAL_QUEUE, KueueArgs, KueueQueues, KueueSettings, TeamQueue
+from components.k8s.kueue import LOCAL_QUEUE, KueueArgs, KueueQueues, TeamQueue
 from components.k8s.namespaces import TeamNamespace, TeamNamespaceArgs
 from components.k8s.placement import ON_DEMAND, SPOT
 from components.k8s.priorities import Priorities, PrioritiesArgs
@@ -86,14 +86,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 cpu_per_gpu=s.cpu_per_gpu,
                 memory_gib_per_gpu=s.memory_gib_per_gpu,
                 gpu_resource=s.gpu_resource,
-                settings=KueueSettings(
-                    cohort=s.kueue.cohort,
-                    pods_ready_timeout=s.kueue.pods_ready_timeout,
-                    recovery_timeout=s.kueue.recovery_timeout,
-                    backoff_base_seconds=s.kueue.backoff_base_seconds,
-                    backoff_max_seconds=s.kueue.backoff_max_seconds,
-                    install=s.kueue.install,
-                ),
+                settings=s.kueue,
             ),
             after_namespaces,
         )

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.config import KueueConfig
 from components.k8s.kueue import (
     ON_DEMAND_FLAVOR,
     SPOT_FLAVOR,
     KueueArgs,
-    KueueSettings,
     TeamQueue,
     cluster_queue,
     kueue_configuration,
@@ -95,7 +95,7 @@ def test_flavors_select_and_tolerate_their_nodes() -> None:
 
 
 def test_waiting_workloads_requeue_forever() -> None:
-    config = kueue_configuration(KueueSettings(pods_ready_timeout="7m", backoff_max_seconds=600))
+    config = kueue_configuration(KueueConfig(pods_ready_timeout="7m", backoff_max_seconds=600))
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     wait = config["waitForPodsReady"]
     assert wait["timeout"] == "7m"
