@@ -51,8 +51,8 @@ def preview_program(
 ) -> list[PreviewResource]:
     """Run the Pulumi program in `program_dir` with `stack`'s config on the mock engine.
 
-    `strict_deprecations` fails the preview on any use of a deprecated provider resource or
-    property (Python DeprecationWarning or engine warning).
+    `strict_deprecations` fails the preview on every deprecation pulumi-aws reports (a Python
+    DeprecationWarning or an engine warning).
     """
     with tempfile.TemporaryDirectory(prefix="spotctl-preview-") as tmp:
         out = Path(tmp) / "preview.json"

@@ -371,7 +371,8 @@ class Diagnostics(logging.Handler):
 
 
 def strict_deprecations() -> None:
-    """Any use of a deprecated pulumi-aws resource or property becomes an error.
+    """Every deprecation pulumi-aws reports becomes an error: deprecated resources (an engine
+    warning) and deprecated properties of its Args classes (a DeprecationWarning).
 
     pulumi-aws also warns at import time about every deprecated class a module defines, whether
     used or not ("X has been deprecated in favor of Y"); those say nothing about the program.
@@ -415,6 +416,8 @@ def main(argv: list[str]) -> int:
         result, status = {"resources": run(program_dir, stack, diagnostics)}, 0
     except (pulumi.RunError, ProgramInputError) as exc:
         result, status = {"error": str(exc)}, 2
+    except DeprecationWarning as exc:  # raised only in strict mode
+        result, status = {"error": f"uses deprecated pulumi-aws API: {exc}"}, 2
     except Exception:  # noqa: BLE001 - a crashing program is reported, with its traceback
         result, status = {"error": traceback.format_exc()}, 1
     # As `pulumi preview` does: an error logged by the program fails the preview.

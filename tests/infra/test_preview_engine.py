@@ -99,6 +99,23 @@ def test_strict_mode_catches_deprecated_resources(tmp_path):
         preview_program(program, "test", strict_deprecations=True)
 
 
+def test_strict_mode_catches_deprecated_properties(tmp_path):
+    program = _program(
+        tmp_path,
+        """
+        import pulumi_aws as aws
+        aws.s3.Bucket("b", aws.s3.BucketArgs(acl="private"))
+        """,
+    )
+    assert preview_program(program, "test")
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program, "test", strict_deprecations=True)
+    assert str(caught.value) == (
+        "uses deprecated pulumi-aws API: acl is deprecated. Use the s3.BucketAcl resource instead."
+    )
+    assert not caught.value.crashed
+
+
 def test_run_error_is_a_clean_message_and_a_crash_keeps_its_traceback(tmp_path):
     program = _program(tmp_path / "clean", "import pulumi\nraise pulumi.RunError('bad size')\n")
     with pytest.raises(PreviewError) as caught:
