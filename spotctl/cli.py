@@ -2,7 +2,7 @@
 
 import typer
 
-from spotctl import preview, render
+from spotctl import drill, preview, render
 
 app = typer.Typer(
     help="Operate the spot training blueprint: preview, render, drill.",
@@ -19,3 +19,4 @@ def main() -> None:
 
 app.command("preview")(preview.command)
 app.command("render")(render.command)
+app.command("drill")(drill.command)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -31,6 +32,15 @@ def iso_utc(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class _QuietHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that hung up mid-answer (a killed trainer) is normal here, not an error.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class _Server:
     """A threaded HTTP server on a free loopback port, started and stopped with `with`."""
 
@@ -38,8 +48,7 @@ class _Server:
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), self.handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _QuietHTTPServer(("127.0.0.1", free_port()), self.handler)
         self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self.closed = False

@@ -1,0 +1,98 @@
+"""`spotctl drill`: the local recovery drill, on an embedded default that runs in about a minute.
+
+Real trainers, real preemption notices through per-node metadata servers, a real S3-API server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spotctl.drill.config import DrillConfig, Prices
+
+D = DrillConfig
+
+
+def command(
+    seed: Annotated[int, typer.Option(help="Seeds the preemption schedule and the jobs.")] = D.seed,
+    jobs: Annotated[int, typer.Option(help="Training jobs to run.")] = D.jobs,
+    steps: Annotated[int, typer.Option(help="Steps per job.")] = D.steps,
+    every_steps: Annotated[int, typer.Option(help="Checkpoint every K steps.")] = D.every_steps,
+    size: Annotated[str, typer.Option(help="Example model size: small or medium.")] = D.size,
+    spot_nodes: Annotated[int, typer.Option(help="Nodes in the spot pool.")] = D.spot_nodes,
+    on_demand_nodes: Annotated[
+        int, typer.Option(help="Nodes in the on-demand pool.")
+    ] = D.on_demand_nodes,
+    notices_per_min: Annotated[
+        float, typer.Option(help="Preemptions with notice per minute over the spot pool.")
+    ] = D.notices_per_min,
+    notice_s: Annotated[
+        float, typer.Option(help="Notice window before a node is reclaimed.")
+    ] = D.notice_s,
+    hard_kills: Annotated[
+        int, typer.Option(help="Preemptions with no notice (SIGKILL).")
+    ] = D.hard_kills,
+    hard_kill_window_s: Annotated[
+        tuple[float, float], typer.Option(help="Seconds after the start between which they fall.")
+    ] = D.hard_kill_window_s,
+    on_demand_after_s: Annotated[
+        float, typer.Option(help="Wait for spot this long before taking on-demand.")
+    ] = D.on_demand_after_s,
+    final_phase: Annotated[
+        float, typer.Option(help="Share of a job's last steps to run on on-demand.")
+    ] = D.final_phase,
+    spot_price: Annotated[float, typer.Option(help="USD per spot node-hour.")] = Prices.spot,
+    on_demand_price: Annotated[
+        float, typer.Option(help="USD per on-demand node-hour.")
+    ] = Prices.on_demand,
+    timeout_s: Annotated[
+        float, typer.Option(help="Give up after this many seconds.")
+    ] = D.timeout_s,
+    out: Annotated[Path, typer.Option(help="Directory for pod logs and timeline.png.")] = Path(
+        "out/drill"
+    ),
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the JSON report here.")
+    ] = None,
+) -> None:
+    """Run training jobs on an emulated spot pool, preempt them, and measure the recovery."""
+    from rich.console import Console
+
+    from spotctl.drill.run import run_drill
+
+    if size not in ("small", "medium"):
+        raise typer.BadParameter("--size must be small or medium", param_hint="--size")
+    try:
+        config = DrillConfig(
+            seed=seed,
+            jobs=jobs,
+            steps=steps,
+            every_steps=every_steps,
+            size=size,
+            spot_nodes=spot_nodes,
+            on_demand_nodes=on_demand_nodes,
+            notices_per_min=notices_per_min,
+            notice_s=notice_s,
+            hard_kills=hard_kills,
+            hard_kill_window_s=hard_kill_window_s,
+            on_demand_after_s=on_demand_after_s,
+            final_phase=final_phase,
+            timeout_s=timeout_s,
+            prices=Prices(spot=spot_price, on_demand=on_demand_price),
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    console = Console()
+    try:
+        report = run_drill(config, out, json_path, console)
+    except (RuntimeError, TimeoutError, OSError) as e:
+        console.print(f"[red]drill failed:[/red] {e}")
+        raise typer.Exit(1) from None
+    # Goals are reported; only a job that did not recover exactly fails the drill.
+    if (
+        not all(j["finished"] for j in report["jobs"])
+        or not report["goals"]["weights_match_references"]
+    ):
+        raise typer.Exit(1)

@@ -1,0 +1,82 @@
+"""The drill's settings. Defaults finish in about a minute on a 2-core machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per node-hour for each pool.
+
+    Defaults: AWS g5.xlarge (one A10G) in us-east-1. On-demand is the Linux list price on the EC2
+    On-Demand pricing page (https://aws.amazon.com/ec2/pricing/on-demand/). Spot assumes a 60 %
+    discount, inside the "up to 90 %" of the EC2 Spot pricing page
+    (https://aws.amazon.com/ec2/spot/pricing/); replace it with the current figure from
+    `aws ec2 describe-spot-price-history --instance-types g5.xlarge`.
+    """
+
+    spot: float = 0.4024
+    on_demand: float = 1.006
+
+
+@dataclass(frozen=True)
+class DrillConfig:
+    seed: int = 7
+    """Seeds the preemption schedule, the choice of victims and each job's training seed."""
+    jobs: int = 3
+    """Training jobs to run, each the example trainer."""
+    steps: int = 5000
+    """Steps per job."""
+    every_steps: int = 250
+    """Checkpoint cadence of each job, in steps."""
+    size: str = "small"
+    """The example trainer's model size."""
+    spot_nodes: int = 4
+    """One more than the jobs: a diversified pool can replace a reclaimed node at once."""
+    on_demand_nodes: int = 1
+    notices_per_min: float = 4.0
+    """Rate of preemptions with notice over the spot pool (a seeded Poisson process)."""
+    notice_s: float = 8.0
+    """Notice window: seconds from the notice until the node is reclaimed."""
+    hard_kills: int = 2
+    """Preemptions with no notice (SIGKILL), at seeded times."""
+    hard_kill_window_s: tuple[float, float] = (6.0, 40.0)
+    """Seconds after the start between which the hard kills fall."""
+    on_demand_after_s: float = 4.0
+    """A job waits this long for spot capacity before it may take an on-demand node."""
+    final_phase: float = 0.2
+    """The last share of each job's steps runs on on-demand when a node is free there."""
+    spot_return_s: float = 3.0
+    """Seconds until a reclaimed spot node's capacity comes back."""
+    scale_down_s: float = 1.0
+    """An empty node is released after this long (the autoscaler's scale-down delay)."""
+    imds_poll_s: float = 1.0
+    """How often trainers on AWS-flavoured nodes poll IMDS (at most 5 s)."""
+    timeout_s: float = 300.0
+    """The drill gives up after this long."""
+    prices: Prices = field(default_factory=Prices)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.jobs < 1:
+            problems.append("--jobs must be at least 1")
+        if self.spot_nodes < 1 or self.on_demand_nodes < 1:
+            problems.append("--spot-nodes and --on-demand-nodes must each be at least 1")
+        if self.steps < 1 or self.every_steps < 1:
+            problems.append("--steps and --every-steps must be at least 1")
+        if self.notices_per_min < 0 or self.hard_kills < 0:
+            problems.append("--notices-per-min and --hard-kills must not be negative")
+        low, high = self.hard_kill_window_s
+        if not 0 <= low <= high:
+            problems.append("--hard-kill-window-s needs 0 <= FROM <= TO")
+        if self.notice_s <= 0:
+            problems.append("--notice-s must be positive")
+        if not 0 <= self.final_phase < 1:
+            problems.append("--final-phase must be in [0, 1)")
+        if not 0 < self.imds_poll_s <= 5:
+            problems.append("--imds-poll-s must be in (0, 5]")
+        if self.prices.spot < 0 or self.prices.on_demand <= 0:
+            problems.append("prices must be positive")
+        if problems:
+            raise ValueError("; ".join(problems))

@@ -1,0 +1,292 @@
+"""The drill loop: the cloud (provisioning, seeded preemptions, reclaims) and the Job controller
+(requeue, placement, restarts from checkpoints). A drill harness, not a production scheduler."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spotsafe.preemption import EXIT_PREEMPTED
+
+from spotctl.drill.cluster import ON_DEMAND, SPOT, Cluster, Node
+from spotctl.drill.config import DrillConfig
+from spotctl.drill.jobs import Interruption, Job, JobSpec, Run
+
+TICK_S = 0.2
+# Unexpected pod failures a Job retries (its backoffLimit) before a human has to step in.
+BACKOFF_LIMIT = 2
+
+
+@dataclass
+class Event:
+    at: float
+    kind: str
+    """placed, notice, hard-kill, reclaimed, drain, preempted, finished, failed."""
+    job: str | None
+    node: str
+    detail: str = ""
+
+
+@dataclass
+class Outcome:
+    started_at: float
+    ended_at: float
+    jobs: list[Job]
+    cluster: Cluster
+    interruptions: list[Interruption]
+    events: list[Event]
+    runs: list[Run] = field(default_factory=list)
+
+
+class Drill:
+    def __init__(
+        self,
+        config: DrillConfig,
+        bucket_uri: str,
+        env: dict[str, str],
+        logs: Path,
+        on_event: Callable[[Event], None] = lambda e: None,
+    ) -> None:
+        self.config = config
+        self.env = env
+        self.logs = logs
+        self.on_event = on_event
+        self.rng = random.Random(config.seed)
+        self.cluster = Cluster.start(config.spot_nodes, config.on_demand_nodes)
+        self.jobs = [
+            Job(
+                JobSpec(
+                    f"job-{i + 1}",
+                    seed=config.seed * 100 + i,
+                    steps=config.steps,
+                    every_steps=config.every_steps,
+                    size=config.size,
+                ),
+                uri=f"{bucket_uri}/job-{i + 1}",
+                queued_at=None,
+            )
+            for i in range(config.jobs)
+        ]
+        self.interruptions: list[Interruption] = []
+        self.events: list[Event] = []
+        self.runs: list[Run] = []
+        self.notice_times, self.kill_times = self._schedule()
+
+    def _schedule(self) -> tuple[list[float], list[float]]:
+        """Seeded offsets from the start: a Poisson process of notices, uniform hard kills."""
+        notices, t = [], 0.0
+        rate = self.config.notices_per_min / 60
+        while rate > 0:
+            t += self.rng.expovariate(rate)
+            if t > self.config.timeout_s:
+                break
+            notices.append(t)
+        low, high = self.config.hard_kill_window_s
+        kills = sorted(self.rng.uniform(low, high) for _ in range(self.config.hard_kills))
+        return notices, kills
+
+    def _event(self, now: float, kind: str, job: str | None, node: Node, detail: str = "") -> None:
+        event = Event(now, kind, job, node.name, detail)
+        self.events.append(event)
+        self.on_event(event)
+
+    # ---- the run -----------------------------------------------------------------------------
+
+    def run(self, on_tick: Callable[[Drill], None] = lambda d: None) -> Outcome:
+        start = time.time()
+        for job in self.jobs:
+            job.queued_at = start
+        try:
+            while not all(j.finished or j.failed for j in self.jobs):
+                now = time.time()
+                if now - start > self.config.timeout_s:
+                    raise TimeoutError(f"the drill did not finish in {self.config.timeout_s:.0f} s")
+                self._observe(now)
+                self._inject(now, start)
+                self._reclaim(now)
+                self._migrate_final_phases(now)
+                self.cluster.scale_down(now, self.config.scale_down_s)
+                self._place(now)
+                on_tick(self)
+                time.sleep(TICK_S)
+        finally:
+            for job in self.jobs:
+                if job.run is not None:
+                    job.run.kill(time.time())
+            end = time.time()
+            self.cluster.finish(end)
+            self.cluster.close()
+        return Outcome(
+            start, end, self.jobs, self.cluster, self.interruptions, self.events, self.runs
+        )
+
+    def _observe(self, now: float) -> None:
+        for job in self.jobs:
+            run = job.run
+            if run is None:
+                continue
+            if run.scrape(now):
+                for interruption in job.open_interruptions:
+                    interruption.resumed_at, interruption.resumed_from = now, run.resumed_from
+                job.open_interruptions.clear()
+            if run.reap(now):
+                self._ended(job, run, now)
+
+    def _ended(self, job: Job, run: Run, now: float) -> None:
+        node = run.node
+        result = run.result or {}
+        if run.exit_code == 0 and result.get("final_step") == job.spec.steps:
+            job.finished = True
+            self._event(now, "finished", job.name, node)
+        elif run.exit_code == EXIT_PREEMPTED:
+            self._event(now, "preempted", job.name, node, run.stopping or "")
+            for interruption in job.open_interruptions:
+                if interruption.reached_step is None:
+                    interruption.reached_step = result.get("final_step")
+                    interruption.durable_at = result.get("durable_at")
+                    interruption.fitted_deadline = result.get("fitted_deadline")
+            job.queued_at = now
+        else:
+            job.manual_interventions += 1
+            self._event(now, "failed", job.name, node, f"exit {run.exit_code}")
+            job.failed = job.manual_interventions > BACKOFF_LIMIT
+            job.queued_at = None if job.failed else now
+        if node.reclaim_at is not None:
+            # Drained ahead of its reclaim: the instance goes, a replacement comes later.
+            node.release(now, node.reclaim_at + self.config.spot_return_s)
+        else:
+            node.empty_since = now
+
+    # ---- the cloud ---------------------------------------------------------------------------
+
+    def _victims(self) -> list[Run]:
+        return [
+            j.run
+            for j in self.jobs
+            if j.run is not None
+            and j.run.node.pool == SPOT
+            and j.run.training
+            and not j.run.stopping
+        ]
+
+    def _inject(self, now: float, start: float) -> None:
+        if self.notice_times and now - start >= self.notice_times[0]:
+            victims = self._victims()
+            if victims:  # otherwise the notice waits for a job on spot
+                self.notice_times.pop(0)
+                run = self.rng.choice(victims)
+                self._notice(run, now)
+        if self.kill_times and now - start >= self.kill_times[0]:
+            victims = self._victims()
+            if victims:
+                self.kill_times.pop(0)
+                self._hard_kill(self.rng.choice(victims), now)
+
+    def _job_of(self, run: Run) -> Job:
+        return next(j for j in self.jobs if j.run is run)
+
+    def _notice(self, run: Run, now: float) -> None:
+        job, node = self._job_of(run), run.node
+        run.stopping = "notice"
+        interruption = Interruption(job.name, node.name, "notice", node.flavour, now)
+        self.interruptions.append(interruption)
+        job.open_interruptions.append(interruption)
+        node.announce_preemption(
+            now, self.config.notice_s, lambda: run.proc.send_signal(signal.SIGTERM)
+        )
+        self._event(now, "notice", job.name, node, node.flavour)
+
+    def _hard_kill(self, run: Run, now: float) -> None:
+        job, node = self._job_of(run), run.node
+        run.kill(now)
+        interruption = Interruption(job.name, node.name, "hard", None, now, run.step)
+        self.interruptions.append(interruption)
+        job.open_interruptions.append(interruption)
+        job.queued_at = now
+        node.release(now, now + self.config.spot_return_s)
+        self._event(now, "hard-kill", job.name, node)
+
+    def _reclaim(self, now: float) -> None:
+        """Notices whose deadline passed: the node goes, with whatever still runs on it."""
+        for node in self.cluster.nodes:
+            if node.reclaim_at is None or now < node.reclaim_at:
+                continue
+            job = next((j for j in self.jobs if j.run is not None and j.run.node is node), None)
+            run = job.run if job is not None else None
+            if run is not None and run.reap(now):
+                self._ended(job, run, now)  # it exited just in time
+            elif run is not None:
+                run.kill(now)
+                for interruption in job.open_interruptions:
+                    interruption.reached_step = run.step
+                job.queued_at = now
+                self._event(now, "reclaimed", job.name, node, "killed at the deadline")
+            node.release(now, now + self.config.spot_return_s)
+
+    # ---- the Job controller and the queue ----------------------------------------------------
+
+    def _migrate_final_phases(self, now: float) -> None:
+        """A job on spot that enters its final phase is drained to on-demand when room is there."""
+        if self.config.final_phase <= 0:
+            return
+        for run in self._victims():
+            job = self._job_of(run)
+            if job.in_final_phase(self.config.final_phase) and self.cluster.free_node(
+                ON_DEMAND, now
+            ):
+                run.stopping = "drain"
+                run.proc.send_signal(signal.SIGTERM)
+                self._event(now, "drain", job.name, run.node, "final phase to on-demand")
+                return  # one at a time: the next one waits for the next free node
+
+    def _place(self, now: float) -> None:
+        pending = [j for j in self.jobs if j.queued_at is not None and j.run is None]
+        for job in sorted(pending, key=lambda j: j.queued_at):
+            if job.finished or job.failed:
+                continue
+            final = self.config.final_phase > 0 and job.in_final_phase(self.config.final_phase)
+            preferred, fallback = (ON_DEMAND, SPOT) if final else (SPOT, ON_DEMAND)
+            node = self.cluster.free_node(preferred, now)
+            if node is None and now - job.queued_at >= self.config.on_demand_after_s:
+                node = self.cluster.free_node(fallback, now)
+            if node is not None:
+                self._start(job, node, now)
+
+    def _start(self, job: Job, node: Node, now: float) -> None:
+        node.provision(now)
+        env = {**self.env, **node.trainer_env(self.config.notice_s, self.config.imds_poll_s)}
+        run = Run.launch(job.spec, node, job.uri, env, self.logs, attempt=len(job.runs) + 1)
+        job.runs.append(run)
+        self.runs.append(run)
+        job.queued_at = None
+        self._event(now, "placed", job.name, node, f"from step {job.progress}")
+
+
+def reference_runs(specs: list[JobSpec], bucket_uri: str, env: dict[str, str]) -> dict[str, str]:
+    """weights_sha256 of an uninterrupted run of each job, run side by side."""
+    procs = {
+        spec.name: subprocess.Popen(
+            JobSpec(spec.name, spec.seed, spec.steps, spec.steps, spec.size).argv(
+                f"{bucket_uri}/reference/{spec.name}"
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **env, "SPOTSAFE_NOTICE_SOURCES": "sigterm"},
+            text=True,
+        )
+        for spec in specs
+    }
+    shas = {}
+    for name, proc in procs.items():
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"the uninterrupted reference run of {name} failed")
+        shas[name] = json.loads(out.strip().splitlines()[-1])["weights_sha256"]
+    return shas

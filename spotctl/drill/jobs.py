@@ -1,0 +1,188 @@
+"""Training jobs as the Kubernetes Job controller sees them: pods (runs of the example trainer as
+real processes) that start, report through their metrics endpoint, and end with an exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+from spotsafe.local_servers import free_port
+
+from spotctl.drill.cluster import Node
+
+_SCRAPE_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    seed: int
+    steps: int
+    every_steps: int
+    size: str
+
+    def argv(self, checkpoint_uri: str, metrics_port: int | None = None) -> list[str]:
+        argv = [sys.executable, "-m", "spotsafe.examples.train", "--steps", str(self.steps)]
+        argv += ["--checkpoint-uri", checkpoint_uri, "--every-steps", str(self.every_steps)]
+        argv += ["--seed", str(self.seed), "--size", self.size]
+        if metrics_port is not None:
+            argv += ["--metrics-port", str(metrics_port)]
+        return argv
+
+
+@dataclass(eq=False)
+class Interruption:
+    job: str
+    node: str
+    kind: str
+    """"notice" (announced, then reclaimed) or "hard" (SIGKILL, no notice)."""
+    source: str | None
+    at: float
+    """When the cloud announced the notice, or killed the node."""
+    reached_step: int | None = None
+    durable_at: float | None = None
+    fitted_deadline: bool | None = None
+    resumed_at: float | None = None
+    resumed_from: int | None = None
+
+    @property
+    def lost_steps(self) -> int | None:
+        if self.reached_step is None or self.resumed_at is None:
+            return None
+        return max(0, self.reached_step - (self.resumed_from or 0))
+
+    def to_json(self) -> dict:
+        return {
+            "job": self.job,
+            "node": self.node,
+            "kind": self.kind,
+            "source": self.source,
+            "lost_steps": self.lost_steps,
+            "notice_to_durable_s": None if self.durable_at is None else self.durable_at - self.at,
+            "notice_to_resume_s": None if self.resumed_at is None else self.resumed_at - self.at,
+            "fitted_deadline": self.fitted_deadline,
+        }
+
+
+@dataclass(eq=False)
+class Run:
+    """One pod of a job on one node."""
+
+    spec: JobSpec
+    node: Node
+    proc: subprocess.Popen
+    metrics_port: int
+    stdout: Path
+    started_at: float
+    step: int = 0
+    resumed_from: int | None = None
+    first_step_at: float | None = None
+    last_progress_at: float | None = None
+    stopping: str | None = None
+    """Why it was told to stop: "notice" or "drain"; None while it trains undisturbed."""
+    ended_at: float | None = None
+    exit_code: int | None = None
+    result: dict | None = None
+
+    @classmethod
+    def launch(
+        cls, spec: JobSpec, node: Node, uri: str, env: dict[str, str], logs: Path, attempt: int
+    ) -> Run:
+        port = free_port()
+        stem = logs / f"{spec.name}-{attempt:02d}-{node.name}"
+        stdout = stem.with_suffix(".out")
+        with stdout.open("w") as out, stem.with_suffix(".log").open("w") as err:
+            proc = subprocess.Popen(
+                spec.argv(uri, port), stdout=out, stderr=err, env={**os.environ, **env}
+            )
+        return cls(spec, node, proc, port, stdout, time.time())
+
+    @property
+    def training(self) -> bool:
+        return self.first_step_at is not None and self.ended_at is None
+
+    def scrape(self, now: float) -> bool:
+        """Read the pod's step from its metrics endpoint; True on its first step."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            text = urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT_S).read().decode()
+        except OSError:
+            return False  # not serving yet, or already gone
+        values = {
+            f.name: f.samples[0].value
+            for f in text_string_to_metric_families(text)
+            if f.name in ("spotsafe_training_step", "spotsafe_resumed_from_step") and f.samples
+        }
+        step = int(values.get("spotsafe_training_step", 0))
+        if step > self.step:
+            self.step, self.last_progress_at = step, now
+        if step and self.first_step_at is None:
+            self.first_step_at = now
+            resumed = int(values.get("spotsafe_resumed_from_step", -1))
+            self.resumed_from = None if resumed < 0 else resumed
+            return True
+        return False
+
+    def kill(self, now: float) -> None:
+        """The node disappears under the pod."""
+        self.scrape(now)
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.ended_at, self.exit_code = now, self.proc.returncode
+
+    def reap(self, now: float) -> bool:
+        """True once the process has exited; reads its last stdout line."""
+        if self.ended_at is not None:
+            return True
+        if self.proc.poll() is None:
+            return False
+        self.ended_at, self.exit_code = now, self.proc.returncode
+        lines = self.stdout.read_text().strip().splitlines()
+        try:
+            self.result = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            self.result = None
+        return True
+
+
+@dataclass(eq=False)
+class Job:
+    spec: JobSpec
+    uri: str
+    queued_at: float | None
+    runs: list[Run] = field(default_factory=list)
+    open_interruptions: list[Interruption] = field(default_factory=list)
+    finished: bool = False
+    failed: bool = False
+    manual_interventions: int = 0
+    reference_sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def run(self) -> Run | None:
+        last = self.runs[-1] if self.runs else None
+        return last if last is not None and last.ended_at is None else None
+
+    @property
+    def progress(self) -> int:
+        return (
+            max((r.result or {}).get("final_step", r.step) for r in self.runs) if self.runs else 0
+        )
+
+    @property
+    def weights_sha256(self) -> str | None:
+        return (self.runs[-1].result or {}).get("weights_sha256") if self.finished else None
+
+    def in_final_phase(self, final_phase: float) -> bool:
+        return self.progress >= (1 - final_phase) * self.spec.steps

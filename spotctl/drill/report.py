@@ -1,0 +1,206 @@
+"""What the drill measured: the JSON report, the summary tables and the timeline chart."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from spotctl.drill.cluster import ON_DEMAND, SPOT
+from spotctl.drill.config import DrillConfig
+from spotctl.drill.harness import Outcome
+
+# The issue's goals, checked in every report.
+GOAL_NOTICE_TO_DURABLE_S = 15.0  # GKE gives user pods 15 s
+GOAL_NOTICE_TO_RESUME_S = 30.0
+GOAL_IDLE_SHARE = 0.06
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.0
+
+
+def pool_stats(outcome: Outcome) -> dict[str, dict[str, float]]:
+    """Per pool: node-seconds provisioned, the share with no pod on the node (idle) and the share
+    spent in training steps (utilisation); the rest is pod start, restore and final saves."""
+    stats = {}
+    for pool in (SPOT, ON_DEMAND):
+        nodes = [n for n in outcome.cluster.nodes if n.pool == pool]
+        runs = [r for r in outcome.runs if r.node in nodes]
+        up = sum(n.up_seconds(outcome.ended_at) for n in nodes)
+        busy = sum(r.ended_at - r.started_at for r in runs)
+        training = sum(
+            (r.ended_at if r.exit_code == 0 else r.last_progress_at) - r.first_step_at
+            for r in runs
+            if r.first_step_at is not None
+        )
+        stats[pool] = {
+            "node_seconds": up,
+            "utilisation": _share(training, up),
+            "idle_share": _share(max(0.0, up - busy), up),
+        }
+    return stats
+
+
+def build(outcome: Outcome, config: DrillConfig) -> dict:
+    pools = pool_stats(outcome)
+    prices = {SPOT: config.prices.spot, ON_DEMAND: config.prices.on_demand}
+    actual = sum(p["node_seconds"] / 3600 * prices[name] for name, p in pools.items())
+    all_on_demand = sum(p["node_seconds"] for p in pools.values()) / 3600 * prices[ON_DEMAND]
+    interruptions = [i.to_json() for i in outcome.interruptions]
+    up_total = sum(p["node_seconds"] for p in pools.values())
+    idle_total = sum(p["idle_share"] * p["node_seconds"] for p in pools.values())
+    noticed = [i for i in interruptions if i["kind"] == "notice"]
+    report = {
+        "seed": config.seed,
+        "duration_s": outcome.ended_at - outcome.started_at,
+        "config": {k: v for k, v in asdict(config).items() if k != "prices"},
+        "interruptions": interruptions,
+        "pools": pools,
+        "jobs": [
+            {
+                "name": j.name,
+                "finished": j.finished,
+                "manual_interventions": j.manual_interventions,
+                "weights_sha256": j.weights_sha256,
+                "reference_sha256": j.reference_sha256,
+                "restarts": len(j.runs) - 1,
+            }
+            for j in outcome.jobs
+        ],
+        "cost": {
+            "actual": actual,
+            "all_on_demand": all_on_demand,
+            "saving_share": _share(all_on_demand - actual, all_on_demand),
+            "usd_per_node_hour": prices,
+        },
+        "events": [
+            {"t": e.at - outcome.started_at, "kind": e.kind, "job": e.job, "node": e.node}
+            | ({"detail": e.detail} if e.detail else {})
+            for e in outcome.events
+        ],
+    }
+    report["goals"] = {
+        "noticed_lost_steps": sum(i["lost_steps"] or 0 for i in noticed),
+        "max_notice_to_durable_s": _max(i["notice_to_durable_s"] for i in noticed),
+        "max_notice_to_resume_s": _max(i["notice_to_resume_s"] for i in noticed),
+        "idle_share": _share(idle_total, up_total),
+        "finished_without_intervention": _share(
+            sum(j.finished and not j.manual_interventions for j in outcome.jobs), len(outcome.jobs)
+        ),
+        "weights_match_references": all(
+            j.weights_sha256 == j.reference_sha256 for j in outcome.jobs
+        ),
+    }
+    return report
+
+
+def _max(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _fmt(value: float | None, unit: str = "s") -> str:
+    return "-" if value is None else f"{value:.1f} {unit}".strip()
+
+
+def tables(report: dict):
+    from rich.table import Table
+
+    interruptions = Table(title="Interruptions")
+    for column in ("job", "node", "kind", "lost steps", "notice→durable", "notice→resume"):
+        interruptions.add_column(column)
+    for i in report["interruptions"]:
+        interruptions.add_row(
+            i["job"],
+            i["node"],
+            i["kind"] + (f" ({i['source']})" if i["source"] else ""),
+            "-" if i["lost_steps"] is None else str(i["lost_steps"]),
+            _fmt(i["notice_to_durable_s"]),
+            _fmt(i["notice_to_resume_s"]),
+        )
+
+    jobs = Table(title="Jobs")
+    for column in ("job", "finished", "restarts", "interventions", "weights = reference"):
+        jobs.add_column(column)
+    for j in report["jobs"]:
+        same = j["weights_sha256"] is not None and j["weights_sha256"] == j["reference_sha256"]
+        jobs.add_row(
+            j["name"],
+            "yes" if j["finished"] else "NO",
+            str(j["restarts"]),
+            str(j["manual_interventions"]),
+            "yes" if same else "NO",
+        )
+
+    goals, g = Table(title="Goals"), report["goals"]
+    for column in ("measure", "value", "goal", "met"):
+        goals.add_column(column)
+    rows = [
+        ("lost steps, noticed preemptions", g["noticed_lost_steps"], 0, "=="),
+        ("max notice → durable (s)", g["max_notice_to_durable_s"], GOAL_NOTICE_TO_DURABLE_S, "<="),
+        ("max notice → resume (s)", g["max_notice_to_resume_s"], GOAL_NOTICE_TO_RESUME_S, "<="),
+        ("idle share of the pools", g["idle_share"], GOAL_IDLE_SHARE, "<="),
+    ]
+    for name, value, goal, op in rows:
+        met = value is not None and (value == goal if op == "==" else value <= goal)
+        shown = "-" if value is None else (f"{value:.3g}" if isinstance(value, float) else value)
+        goals.add_row(name, str(shown), f"{op} {goal:g}", "yes" if met else "NO")
+
+    cost, c = Table(title="Pools and cost"), report["cost"]
+    for column in ("pool", "node-s", "utilisation", "idle share", "USD/node-h"):
+        cost.add_column(column)
+    for name, p in report["pools"].items():
+        cost.add_row(
+            name,
+            f"{p['node_seconds']:.0f}",
+            f"{p['utilisation']:.1%}",
+            f"{p['idle_share']:.1%}",
+            f"{c['usd_per_node_hour'][name]:.4f}",
+        )
+    cost.caption = (
+        f"cost {c['actual']:.5f} USD vs {c['all_on_demand']:.5f} all on-demand: "
+        f"{c['saving_share']:.0%} saved"
+    )
+    return [interruptions, jobs, goals, cost]
+
+
+def timeline(outcome: Outcome, path: Path) -> None:
+    """Jobs on nodes over time, with the preemption marks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nodes = [n.name for n in outcome.cluster.nodes]
+    row = {name: i for i, name in enumerate(nodes)}
+    colours = plt.get_cmap("tab10")
+    job_colour = {j.name: colours(i % 10) for i, j in enumerate(outcome.jobs)}
+    t0 = outcome.started_at
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(nodes)))
+    for run in outcome.runs:
+        y, colour = row[run.node.name], job_colour[run.spec.name]
+        trained_from = run.first_step_at or run.ended_at
+        # The pod's start and restore in a pale shade, its training in full colour.
+        ax.barh(y, trained_from - run.started_at, left=run.started_at - t0, color=colour, alpha=0.3)
+        ax.barh(y, run.ended_at - trained_from, left=trained_from - t0, color=colour)
+    marks = {
+        "notice": ("v", "tab:orange", "notice"),
+        "hard-kill": ("X", "tab:red", "hard kill"),
+        "reclaimed": ("x", "black", "reclaimed with the pod"),
+        "drain": ("^", "tab:green", "drained to on-demand"),
+    }
+    for kind, (marker, colour, label) in marks.items():
+        points = [(e.at - t0, row[e.node]) for e in outcome.events if e.kind == kind]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.scatter(xs, ys, marker=marker, color=colour, s=90, zorder=3, label=label)
+    for name, colour in job_colour.items():
+        ax.barh([], [], color=colour, label=name)
+    ax.set_yticks(range(len(nodes)), nodes)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the drill started")
+    ax.set_title("Drill timeline: jobs on nodes (pale: pod start and restore)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

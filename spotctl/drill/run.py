@@ -1,0 +1,81 @@
+"""One drill from start to finish: servers up, references, the drill itself, the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
+
+from spotctl.drill import report as reporting
+from spotctl.drill.config import DrillConfig
+from spotctl.drill.harness import Drill, Event, reference_runs
+
+BUCKET = "drill"
+
+
+def run_drill(config: DrillConfig, out: Path, json_path: Path | None, console: Console) -> dict:
+    import boto3
+
+    out.mkdir(parents=True, exist_ok=True)
+    logs = out / "pods"
+    logs.mkdir(exist_ok=True)
+    with s3_server() as endpoint:
+        env = {**LOCAL_AWS_ENV, "AWS_ENDPOINT_URL": endpoint}
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=LOCAL_AWS_ENV["AWS_DEFAULT_REGION"],
+            aws_access_key_id=LOCAL_AWS_ENV["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        ).create_bucket(Bucket=BUCKET)
+        console.print(f"S3-API server at {endpoint}; pod logs in {logs}")
+
+        drill = Drill(config, f"s3://{BUCKET}", env, logs)
+        with console.status("reference runs: each job once, uninterrupted"):
+            references = reference_runs([j.spec for j in drill.jobs], f"s3://{BUCKET}", env)
+        for job in drill.jobs:
+            job.reference_sha256 = references[job.name]
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            tasks = {j.name: progress.add_task(j.name, total=config.steps) for j in drill.jobs}
+
+            def log_event(event: Event) -> None:
+                who = f"{event.job} on {event.node}" if event.job else event.node
+                progress.console.print(f"{event.kind:>10}  {who}  {event.detail}")
+
+            def refresh(d: Drill) -> None:
+                for job in d.jobs:
+                    run = job.run
+                    where = (
+                        "done" if job.finished else run.node.name if run is not None else "queued"
+                    )
+                    progress.update(
+                        tasks[job.name],
+                        completed=job.progress,
+                        description=f"{job.name:<7} {where:<8}",
+                    )
+
+            drill.on_event = log_event
+            outcome = drill.run(on_tick=refresh)
+            refresh(drill)
+
+    report = reporting.build(outcome, config)
+    chart = out / "timeline.png"
+    reporting.timeline(outcome, chart)
+    for table in reporting.tables(report):
+        console.print(table)
+    console.print(f"timeline: {chart}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report: {json_path}")
+    return report

@@ -1,0 +1,88 @@
+"""A small seeded drill, end to end: real trainers, real notices, a real S3-API server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Small enough for a shared 2-core machine; the rates make sure both kinds of preemption land
+# while the jobs train.
+SMALL_DRILL = [
+    "--seed", "3",
+    "--jobs", "2",
+    "--steps", "2500",
+    "--every-steps", "100",
+    "--spot-nodes", "2",
+    "--on-demand-nodes", "1",
+    "--notices-per-min", "20",
+    "--notice-s", "5",
+    "--hard-kills", "1",
+    "--hard-kill-window-s", "1", "3",
+    "--on-demand-after-s", "2",
+]  # fmt: skip
+
+
+def drill(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("spotctl")), "drill", *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("drill")
+    result = drill(*SMALL_DRILL, "--out", str(out), "--json", str(out / "report.json"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    report["_out"] = out
+    return report
+
+
+def test_noticed_preemptions_lose_no_steps(report: dict) -> None:
+    noticed = [i for i in report["interruptions"] if i["kind"] == "notice"]
+    assert noticed, "the seeded schedule serves at least one notice"
+    for interruption in noticed:
+        assert interruption["fitted_deadline"] is True
+        assert interruption["lost_steps"] == 0
+        assert 0 < interruption["notice_to_durable_s"] < 5
+        assert interruption["notice_to_resume_s"] > interruption["notice_to_durable_s"]
+
+
+def test_every_job_finishes_with_the_reference_weights(report: dict) -> None:
+    assert any(i["kind"] == "hard" for i in report["interruptions"]), "a hard kill landed"
+    assert len(report["jobs"]) == 2
+    for job in report["jobs"]:
+        assert job["finished"] and job["manual_interventions"] == 0
+        assert job["weights_sha256"] == job["reference_sha256"] is not None
+
+
+def test_pools_cost_and_timeline_are_reported(report: dict) -> None:
+    assert set(report["pools"]) == {"spot", "on-demand"}
+    for pool in report["pools"].values():
+        assert 0 <= pool["idle_share"] <= 1 and 0 <= pool["utilisation"] <= 1
+    cost = report["cost"]
+    assert 0 < cost["actual"] < cost["all_on_demand"]
+    assert cost["saving_share"] == pytest.approx(1 - cost["actual"] / cost["all_on_demand"])
+    assert (report["_out"] / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jobs", "0"], "--jobs must be at least 1"),
+        (["--size", "huge"], "--size must be small or medium"),
+        (["--notice-s", "0"], "--notice-s must be positive"),
+    ],
+)
+def test_bad_options_are_named_without_a_traceback(args: list[str], message: str) -> None:
+    result = drill(*args, "--out", str(Path("unused")))
+    assert result.returncode == 2
+    assert message in " ".join(result.stderr.replace("│", " ").split())
+    assert "Traceback" not in result.stderr
