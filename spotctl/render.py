@@ -10,10 +10,12 @@ Layout of OUT:
   manifests/NNN-<kind>-<namespace>-<name>.yaml   numbered in apply order
   helm/<release>/release.yaml, helm/<release>/values.yaml
   templates/<namespace>/<template>.yaml
+Each render replaces these three folders; anything else in OUT is left alone.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from spotctl.preview import REPO_ROOT, UNKNOWN, PreviewError, PreviewResource, p
 KUBERNETES_VERSION = "1.33"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 TEMPLATES_CONFIGMAP = "training-job-templates"
+OUTPUT_FOLDERS = ("manifests", "helm", "templates")
 # Apply order: what others live in or refer to comes first; custom resources after their CRDs.
 KIND_ORDER = (
     "Namespace",
@@ -88,6 +91,9 @@ def render(resources: list[PreviewResource]) -> Rendered:
 
 
 def write(rendered: Rendered, out: Path) -> list[Path]:
+    """Write the files; what an earlier render left in these folders goes, so none is stale."""
+    for folder in OUTPUT_FOLDERS:
+        shutil.rmtree(out / folder, ignore_errors=True)
     written = []
 
     def put(path: Path, text: str) -> None:

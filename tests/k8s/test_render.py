@@ -245,6 +245,10 @@ def test_strict_validation_catches_a_misspelt_field() -> None:
 
 def test_cli_renders_and_validates_dev(tmp_path: Path, shared_schemas: Path) -> None:
     spotctl = str(Path(sys.executable).parent / "spotctl")
+    # Left over from an earlier render (a removed object) and a file of the user's own.
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "stale.yaml").write_text("kind: Gone\n")
+    (tmp_path / "notes.txt").write_text("mine")
     result = subprocess.run(
         [spotctl, "render", "--stack", "dev", "--out", str(tmp_path), "--validate"]
         + ["--crds", str(shared_schemas)],
@@ -254,6 +258,8 @@ def test_cli_renders_and_validates_dev(tmp_path: Path, shared_schemas: Path) -> 
     assert result.returncode == 0, result.stderr
     assert "all validated objects are valid for Kubernetes 1.33" in result.stdout
     assert (tmp_path / "helm" / "kueue" / "values.yaml").is_file()
+    assert not (tmp_path / "manifests" / "stale.yaml").exists()
+    assert (tmp_path / "notes.txt").read_text() == "mine"
     names = sorted(p.name for p in (tmp_path / "manifests").iterdir())
     # Numbered in apply order: namespaces before what lives in them.
     assert names[0].startswith("010-namespace-")
