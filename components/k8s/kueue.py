@@ -165,7 +165,8 @@ class KueueQueues(pulumi.ComponentResource):
         self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:kueue:KueueQueues", name, None, opts)
-        depends: list[pulumi.Resource] = []
+        # Children wait for what the component waits for: the namespaces the LocalQueues live in.
+        depends: list[pulumi.Resource] = list(opts.depends_on or []) if opts else []
         if args.settings.install:
             depends.append(
                 k8s.helm.v3.Release(

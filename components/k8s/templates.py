@@ -59,6 +59,7 @@ class JobTemplates(pulumi.ComponentResource):
                 "labels": {"app.kubernetes.io/part-of": "spot-training"},
             },
             data=data,
-            opts=pulumi.ResourceOptions(parent=self),
+            # Waits for what the component waits for: the team's namespace.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=opts.depends_on if opts else None),
         )
         self.register_outputs({})

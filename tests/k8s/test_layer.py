@@ -134,3 +134,23 @@ def test_kubernetes_config_errors_name_the_field(section: dict, path: str, words
 def test_kubernetes_section_is_optional() -> None:
     config = load_config(base_config())
     assert config.kubernetes.templates.image.split("@")[1].startswith("sha256:")
+
+
+def test_namespaced_objects_wait_for_their_namespace(
+    prod_preview: tuple[list[PreviewResource], float],
+) -> None:
+    resources, _ = prod_preview
+    kube = [r for r in resources if r.custom and r.type.startswith("kubernetes:")]
+    namespaces = {
+        r.inputs["metadata"]["name"]: r.urn
+        for r in kube
+        if r.type == "kubernetes:core/v1:Namespace"
+    }
+    checked = 0
+    for resource in kube:
+        namespace = resource.inputs.get("metadata", {}).get("namespace")
+        if namespace in namespaces:
+            assert namespaces[namespace] in resource.dependencies, resource.name
+            checked += 1
+    # Per team: quota, limits, account, network policy, templates, LocalQueue.
+    assert checked == 6 * len(namespaces)
