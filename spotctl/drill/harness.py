@@ -177,17 +177,13 @@ class Drill:
         ]
 
     def _inject(self, now: float, start: float) -> None:
-        if self.notice_times and now - start >= self.notice_times[0]:
+        """Fire what is due on a job training on spot; while there is none, it waits. Hard kills
+        go first: they are few, and a backlog of notices must not crowd them out."""
+        for due, strike in ((self.kill_times, self._hard_kill), (self.notice_times, self._notice)):
             victims = self._victims()
-            if victims:  # otherwise the notice waits for a job on spot
-                self.notice_times.pop(0)
-                run = self.rng.choice(victims)
-                self._notice(run, now)
-        if self.kill_times and now - start >= self.kill_times[0]:
-            victims = self._victims()
-            if victims:
-                self.kill_times.pop(0)
-                self._hard_kill(self.rng.choice(victims), now)
+            if due and now - start >= due[0] and victims:
+                due.pop(0)
+                strike(self.rng.choice(victims), now)
 
     def _job_of(self, run: Run) -> Job:
         return next(j for j in self.jobs if j.run is run)
