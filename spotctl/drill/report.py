@@ -13,6 +13,8 @@ from spotctl.drill.harness import Outcome
 GOAL_NOTICE_TO_DURABLE_S = 15.0  # GKE gives user pods 15 s
 GOAL_NOTICE_TO_RESUME_S = 30.0
 GOAL_IDLE_SHARE = 0.06
+# Job colours that the preemption marks (black, red, grey, gold) never use.
+_JOB_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:cyan")
 
 
 def _share(part: float, whole: float) -> float:
@@ -173,8 +175,9 @@ def timeline(outcome: Outcome, path: Path) -> None:
 
     nodes = [n.name for n in outcome.cluster.nodes]
     row = {name: i for i, name in enumerate(nodes)}
-    colours = plt.get_cmap("tab10")
-    job_colour = {j.name: colours(i % 10) for i, j in enumerate(outcome.jobs)}
+    from matplotlib.patches import Patch
+
+    job_colour = {j.name: _JOB_COLOURS[i % len(_JOB_COLOURS)] for i, j in enumerate(outcome.jobs)}
     t0 = outcome.started_at
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(nodes)))
     for run in outcome.runs:
@@ -184,23 +187,23 @@ def timeline(outcome: Outcome, path: Path) -> None:
         ax.barh(y, trained_from - run.started_at, left=run.started_at - t0, color=colour, alpha=0.3)
         ax.barh(y, run.ended_at - trained_from, left=trained_from - t0, color=colour)
     marks = {
-        "notice": ("v", "tab:orange", "notice"),
-        "hard-kill": ("X", "tab:red", "hard kill"),
-        "reclaimed": ("x", "black", "reclaimed with the pod"),
-        "drain": ("^", "tab:green", "drained to on-demand"),
+        "notice": ("v", "black", "notice"),
+        "hard-kill": ("X", "red", "hard kill"),
+        "reclaimed": ("x", "dimgray", "reclaimed with the pod"),
+        "drain": ("^", "gold", "drained to on-demand"),
     }
     for kind, (marker, colour, label) in marks.items():
         points = [(e.at - t0, row[e.node]) for e in outcome.events if e.kind == kind]
         if points:
             xs, ys = zip(*points, strict=True)
             ax.scatter(xs, ys, marker=marker, color=colour, s=90, zorder=3, label=label)
-    for name, colour in job_colour.items():
-        ax.barh([], [], color=colour, label=name)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Patch(color=colour, label=name) for name, colour in job_colour.items()]
     ax.set_yticks(range(len(nodes)), nodes)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the drill started")
     ax.set_title("Drill timeline: jobs on nodes (pale: pod start and restore)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
