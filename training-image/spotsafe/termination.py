@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from spotsafe import metrics
 from spotsafe.errors import EXIT_USAGE, ConfigError
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,6 @@ class TerminationWatcher:
     preemption: Notice | None = field(default=None, init=False)
     _inbox: collections.deque = field(default_factory=collections.deque, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
-    _threads: list[threading.Thread] = field(default_factory=list, init=False)
     _previous_handler: object = field(default=None, init=False)
 
     def start(self) -> TerminationWatcher:
@@ -133,7 +133,6 @@ class TerminationWatcher:
                 thread = threading.Thread(target=pollers[source], name=f"notice-{source}")
                 thread.daemon = True  # a blocked long poll must never hold the exit
                 thread.start()
-                self._threads.append(thread)
         return self
 
     def close(self) -> None:
@@ -150,8 +149,6 @@ class TerminationWatcher:
 
     def poll(self) -> list[Notice]:
         """Notices that arrived since the last call, logged and counted; never blocks."""
-        from spotsafe import metrics
-
         arrived = []
         while self._inbox:
             notice = self._inbox.popleft()
