@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -32,6 +34,7 @@ from spotsafe.errors import (
     ConfigError,
     CorruptCheckpointError,
     ObjectMissingError,
+    SpotsafeError,
     StoragePermissionError,
     SupersededError,
 )
@@ -83,7 +86,14 @@ class Checkpointer:
         self._last_save_started = time.monotonic()
         self._pending: deque[tuple[int, Future]] = deque()
         self._last_failure: tuple[int, BaseException] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotsafe-save")
+        self._staging: deque[dict[str, torch.Tensor]] = deque()  # free snapshot buffers
+        # One worker keeps saves (and the retention after each commit) in order; a second hashes
+        # while the first uploads. Both yield the CPU to training (see save_niceness).
+        self._executor, self._hasher = (
+            ThreadPoolExecutor(1, name, initializer=_lower_priority,
+                               initargs=(self.config.save_niceness,))
+            for name in ("spotsafe-save", "spotsafe-hash")
+        )  # fmt: skip
 
     def _claim_attempt(self) -> int:
         self.lease = Lease(self.store) if self.rank == 0 else None
@@ -223,28 +233,34 @@ class Checkpointer:
             return
         while len(self._pending) >= self.config.max_in_flight:
             self._wait_oldest()
-        snap = state_mod.snapshot(state)
+        staging = self._staging.pop() if self._staging else {}
+        snap = state_mod.snapshot(state, staging)
         metrics.blocked_duration.observe(time.monotonic() - started)
+        args = (step, snap, staging, started)
         if self.config.async_save:
-            self._pending.append((step, self._executor.submit(self._write, step, snap, started)))
+            self._pending.append((step, self._executor.submit(self._write, *args)))
         else:
-            self._pending.append((step, _done(self._write, step, snap, started)))
+            self._pending.append((step, _done(self._write, *args)))
             self._reap()
 
-    def _write(self, step: int, snap: dict[str, Any], started: float) -> None:
+    def _write(self, step: int, snap: dict[str, Any], staging: dict, started: float) -> None:
         buffer = io.BytesIO()
-        torch.save(snap, buffer)
-        del snap
+        try:
+            torch.save(snap, buffer)
+        finally:
+            del snap
+            self._staging.append(staging)  # serialised: the next snapshot may reuse it
         data = buffer.getbuffer()
         key = f"attempt-{self.attempt}/{STATE_OBJECT}"
-        entry = ObjectEntry(key, len(data), sha256(data))
-        self.lease.check(f"write step {step}")
+        digest = self._hasher.submit(sha256, data)
         self.store.put(step_prefix(step) + key, data)
+        entry = ObjectEntry(key, len(data), digest.result())
         self.commit(Manifest(step, self.attempt, 1, "torch", [entry]))
         self._saved(started, time.monotonic() - started)
 
     def commit(self, manifest: Manifest) -> None:
-        """Create the manifest (create-only) once every object is durable; then retention."""
+        """Create the manifest (create-only) once every object is durable. Retention follows in
+        the background, after the commit, so it never delays durability."""
         key = manifest_key(manifest.step)
         self.lease.check(f"commit step {manifest.step}")
         if manifest.step in {s.step for s in self.skipped}:
@@ -260,11 +276,17 @@ class Checkpointer:
         log.info(
             "committed step %d (%d bytes) to %s", manifest.step, manifest.total_bytes, self.uri
         )
-        self._apply_retention(manifest.step)
+        self._executor.submit(self._retain, manifest.step)
 
     def _saved(self, started: float, duration: float) -> None:
         self._durations.append(duration)
         metrics.save_duration.observe(duration)
+
+    def _retain(self, newest_valid: int) -> None:
+        try:
+            self._apply_retention(newest_valid)
+        except SpotsafeError as e:
+            log.warning("retention after step %d skipped: %s", newest_valid, e)
 
     def _apply_retention(self, newest_valid: int) -> None:
         c = self.config
@@ -325,6 +347,7 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
+            self._hasher.shutdown(wait=True)
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -359,6 +382,12 @@ def _done(fn: Any, *args: Any) -> Future:
     except Exception as e:  # noqa: BLE001 - handed to the caller through the future
         future.set_exception(e)
     return future
+
+
+def _lower_priority(niceness: int) -> None:
+    """Raise this thread's nice value (Linux keeps one per thread; threads it starts inherit it)."""
+    tid = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + niceness))
 
 
 def _distributed_position() -> tuple[int, int]:

@@ -32,6 +32,10 @@ class CheckpointConfig:
     """Background saves that may be pending at once. save() waits for a slot; maybe_save()
     skips a due save instead, so training goes on while storage is slow or down."""
 
+    save_niceness: int = 10
+    """Added to the nice value of the background save threads, so serialising, hashing and
+    uploading yield the CPU to the training loop. 0: same priority as training."""
+
     max_attempts: int = 5
     """Attempts per storage request (exponential backoff with jitter between them)."""
 
@@ -46,6 +50,7 @@ class CheckpointConfig:
             "milestone_every": self.milestone_every >= 0,
             "max_age_s": self.max_age_s is None or self.max_age_s > 0,
             "max_in_flight": self.max_in_flight >= 1,
+            "save_niceness": 0 <= self.save_niceness <= 19,
             "max_attempts": self.max_attempts >= 1,
             "connect_timeout_s": self.connect_timeout_s > 0,
         }

@@ -47,11 +47,25 @@ def _wait_until_serving(url: str, proc: subprocess.Popen, timeout_s: float = 30.
 
 
 @contextmanager
-def s3_server() -> Iterator[str]:
-    """Run moto's S3-API server on a free loopback port; yield its endpoint URL."""
+def s3_server(niceness: int = 0) -> Iterator[str]:
+    """Run moto's S3-API server on a free loopback port; yield its endpoint URL.
+
+    niceness lowers its CPU priority, for measurements where it stands in for remote storage.
+    """
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [
+            "nice",
+            "-n",
+            str(niceness),
+            sys.executable,
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -87,13 +87,20 @@ class Extras(dict):
         self.update(state_dict)
 
 
-def _copied(value: Any) -> Any:
+def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        buffer = staging.get(path)
+        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+            # Pinned host memory makes device-to-host copies fast and asynchronous-capable.
+            buffer = torch.empty(
+                value.shape, dtype=value.dtype, pin_memory=torch.cuda.is_available()
+            )
+        used[path] = buffer
+        return buffer.copy_(value.detach())
     if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: _copied(v, f"{path}/{k}", staging, used) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_copied(v) for v in value)
+        return type(value)(_copied(v, f"{path}/{i}", staging, used) for i, v in enumerate(value))
     return copy.deepcopy(value)
 
 
@@ -107,9 +114,23 @@ def _stateful_items(state: Mapping[str, Any]) -> Mapping[str, Stateful]:
     return state
 
 
-def snapshot(state: Mapping[str, Any]) -> dict[str, Any]:
-    """A CPU copy of every state dict, independent of the live objects (training may go on)."""
-    return {key: _copied(obj.state_dict()) for key, obj in _stateful_items(state).items()}
+def snapshot(
+    state: Mapping[str, Any], staging: dict[str, torch.Tensor] | None = None
+) -> dict[str, Any]:
+    """A CPU copy of every state dict, independent of the live objects (training may go on).
+
+    Tensors are copied into the staging buffers of an earlier snapshot when their shapes still
+    match, so a steady-state snapshot is one memcpy with no allocation or page faults.
+    """
+    staging = {} if staging is None else staging
+    used: dict[str, torch.Tensor] = {}
+    snap = {
+        key: _copied(obj.state_dict(), key, staging, used)
+        for key, obj in _stateful_items(state).items()
+    }
+    staging.clear()
+    staging.update(used)  # buffers of tensors that no longer exist are let go
+    return snap
 
 
 def load(state: Mapping[str, Any], saved: Mapping[str, Any], where: str) -> None:

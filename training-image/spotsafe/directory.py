@@ -1,0 +1,34 @@
+"""Checkpoint directories written by frameworks (HF Trainer, Lightning) as spotsafe state.
+
+``DirectoryState(path)`` is Stateful: its state is every file under path, so a directory goes
+through the same manifest, checksums, fencing, retention and resume as any other state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class DirectoryState:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def state_dict(self) -> dict[str, Any]:
+        files = sorted(p for p in self.path.rglob("*") if p.is_file())
+        return {p.relative_to(self.path).as_posix(): _as_tensor(p.read_bytes()) for p in files}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Write the saved files under path (creating it); files not in the checkpoint stay."""
+        for relative, content in state_dict.items():
+            target = self.path / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content.numpy().tobytes())
+
+
+def _as_tensor(data: bytes) -> torch.Tensor:
+    if not data:  # frombuffer refuses an empty buffer
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
