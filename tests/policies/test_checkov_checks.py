@@ -92,3 +92,9 @@ def test_rendered_prod_manifests_pass_every_spot_check(tmp_path):
     job_templates = {path for path, check in results if check == "CKV_SPOT_1"}
     assert len(job_templates) >= 2, "the training Job templates were not checked"
     assert {key: outcome for key, outcome in results.items() if outcome == "failed"} == {}
+
+
+def test_training_image_runs_as_non_root():
+    image_dir = PACK_DIR.parent / "training-image"
+    results = run_checkov(image_dir, "dockerfile")
+    assert results == {("Dockerfile", "CKV_SPOT_4"): "passed"}
