@@ -79,6 +79,11 @@ class Checkpointer:
             connect_timeout_s=self.config.connect_timeout_s,
         )
         self.rank, self.world_size = _distributed_position()
+        if self.world_size > 1 and self.config.every_seconds is not None:
+            raise ConfigError(
+                "every_seconds cannot be used with several ranks: their clocks would pick "
+                "different steps for a collective save; use every_steps"
+            )
         self.attempt = self._claim_attempt()
         self.last_committed_step: int | None = None
         self.skipped: list[Skipped] = []
