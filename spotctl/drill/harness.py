@@ -144,6 +144,10 @@ class Drill:
         result = run.result or {}
         if run.exit_code == 0 and result.get("final_step") == job.spec.steps:
             job.finished = True
+            # A notice that met a pod already past its last step interrupted nothing.
+            for interruption in job.open_interruptions:
+                self.interruptions.remove(interruption)
+            job.open_interruptions.clear()
             self._event(now, "finished", job.name, node)
         elif run.exit_code == EXIT_PREEMPTED:
             self._event(now, "preempted", job.name, node, run.stopping or "")
@@ -167,13 +171,12 @@ class Drill:
     # ---- the cloud ---------------------------------------------------------------------------
 
     def _victims(self) -> list[Run]:
+        """Pods training on spot, undisturbed, short of their last step."""
+        runs = [j.run for j in self.jobs if j.run is not None]
         return [
-            j.run
-            for j in self.jobs
-            if j.run is not None
-            and j.run.node.pool == SPOT
-            and j.run.training
-            and not j.run.stopping
+            r
+            for r in runs
+            if r.node.pool == SPOT and r.training and not r.stopping and r.step < r.spec.steps
         ]
 
     def _inject(self, now: float, start: float) -> None:
