@@ -6,6 +6,7 @@ exact resume. See training-image/README.md for the API.
 
 from spotsafe.checkpointer import Checkpointer, Skipped
 from spotsafe.config import CheckpointConfig
+from spotsafe.directory import DirectoryState
 from spotsafe.errors import SpotsafeError
 from spotsafe.state import DataPosition, Extras, RNGState, Stateful
 
@@ -13,6 +14,7 @@ __all__ = [
     "CheckpointConfig",
     "Checkpointer",
     "DataPosition",
+    "DirectoryState",
     "Extras",
     "RNGState",
     "Skipped",
