@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from components.k8s.alerts import RULES_FILE, alert_groups
+from components.k8s.dashboard import DashboardArgs, dashboard
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTS_FILE = Path(__file__).parent / "rules" / "spot-training.test.yaml"
@@ -84,3 +86,18 @@ def test_deployed_rules_link_runbooks_under_the_base_url() -> None:
     assert len(links) == len(alerts())
     for link in links:
         assert link.startswith("https://git.example.com/platform/blob/main/runbooks/training/")
+
+
+def test_rules_and_dashboard_read_only_metrics_the_runtime_exports() -> None:
+    import prometheus_client
+    import spotsafe.metrics  # noqa: F401  (registers the runtime's metrics)
+
+    exported = set()
+    for family in prometheus_client.REGISTRY.collect():
+        exported.add(family.name)
+        if family.type == "counter":
+            exported.add(f"{family.name}_total")
+    panels = json.dumps(dashboard(DashboardArgs("monitoring", 4.0, 1.5)))
+    used = set(re.findall(r"\bspotsafe_[a-z_]+", RULES_FILE.read_text() + panels))
+    assert used, "the rules read no runtime metric"
+    assert used <= exported, f"not exported by spotsafe: {sorted(used - exported)}"
