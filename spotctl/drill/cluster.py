@@ -3,7 +3,6 @@ server, so a preemption notice reaches the trainer the way it does on the cloud.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from spotsafe.local_metadata import AwsImds, GceMetadata
@@ -128,7 +127,6 @@ class Cluster:
             if node.up and node.empty_since is not None and now - node.empty_since >= after_s:
                 node.release(now)
 
-    def finish(self, now: float | None = None) -> None:
-        now = time.time() if now is None else now
+    def finish(self, now: float) -> None:
         for node in self.nodes:
             node.release(now)

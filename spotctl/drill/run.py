@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import boto3
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
@@ -17,11 +19,9 @@ BUCKET = "drill"
 
 
 def run_drill(config: DrillConfig, out: Path, json_path: Path | None, console: Console) -> dict:
-    import boto3
-
-    out.mkdir(parents=True, exist_ok=True)
     logs = out / "pods"
-    logs.mkdir(exist_ok=True)
+    shutil.rmtree(logs, ignore_errors=True)  # the previous drill's pods
+    logs.mkdir(parents=True)
     with s3_server() as endpoint:
         env = {**LOCAL_AWS_ENV, "AWS_ENDPOINT_URL": endpoint}
         boto3.client(
