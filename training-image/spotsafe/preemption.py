@@ -85,6 +85,13 @@ class PreemptionGuard:
         if durable_at > deadline:
             log.error("final save durable %.1f s after the deadline", durable_at - deadline)
             metrics.lost_steps.inc(step - (committed_before or 0))
+        else:
+            log.warning(
+                "final save at step %d durable in %.2f s, %.1f s before the deadline",
+                step,
+                durable_at - started,
+                deadline - durable_at,
+            )
         return {
             "preempted": True,
             "notice_source": self.watcher.preemption.source if self.watcher.preemption else None,
