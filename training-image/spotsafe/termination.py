@@ -45,6 +45,7 @@ GCE_DEFAULT_HOST = "metadata.google.internal"
 AWS_MAX_POLL_S = 5.0
 _AWS_TOKEN_TTL_S = 21600
 _AWS_ACTIONS = ("terminate", "stop", "hibernate")
+_AWS_NOTICE_S = 120.0
 _HTTP_TIMEOUT_S = 2.0
 # A GCE long poll is re-armed this often so a dead connection is noticed.
 _GCE_WAIT_S = 60
@@ -180,7 +181,7 @@ class TerminationWatcher:
             try:
                 action = imds.get_json("/latest/meta-data/spot/instance-action")
                 if action is not None and action.get("action") in _AWS_ACTIONS:
-                    self._post("aws", PREEMPTION, parse_cloud_time(action["time"]))
+                    self._post("aws", PREEMPTION, _aws_deadline(action))
                     return
                 if not rebalance_seen:
                     rebalance = imds.get_json("/latest/meta-data/events/recommendations/rebalance")
@@ -211,6 +212,16 @@ class TerminationWatcher:
             if value == "TRUE":
                 self._post("gce", PREEMPTION, time.time() + self.config.gce_notice_s)
                 return
+
+
+def _aws_deadline(action: dict) -> float:
+    """The notice's time; an unreadable one must not hide the notice, so take the two minutes
+    EC2 promises from now."""
+    try:
+        return parse_cloud_time(action["time"])
+    except (KeyError, TypeError, ValueError):
+        log.warning("instance-action without a readable time: %s", action)
+        return time.time() + _AWS_NOTICE_S
 
 
 class _Imds:
