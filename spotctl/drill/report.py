@@ -142,6 +142,7 @@ def tables(report: dict):
         ("max notice → durable (s)", g["max_notice_to_durable_s"], GOAL_NOTICE_TO_DURABLE_S, "<="),
         ("max notice → resume (s)", g["max_notice_to_resume_s"], GOAL_NOTICE_TO_RESUME_S, "<="),
         ("idle share of the pools", g["idle_share"], GOAL_IDLE_SHARE, "<="),
+        ("jobs finished with no intervention", g["finished_without_intervention"], 1, "=="),
     ]
     for name, value, goal, op in rows:
         met = value is not None and (value == goal if op == "==" else value <= goal)
