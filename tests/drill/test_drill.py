@@ -86,3 +86,20 @@ def test_bad_options_are_named_without_a_traceback(args: list[str], message: str
     assert result.returncode == 2
     assert message in " ".join(result.stderr.replace("│", " ").split())
     assert "Traceback" not in result.stderr
+
+
+def test_requeued_jobs_take_on_demand_only_after_the_wait(report: dict) -> None:
+    """Spot first: outside its final phase a requeued job lands on on-demand only once it has
+    waited --on-demand-after-s (2 s here) for spot."""
+    stopped_at: dict[str, float] = {}
+    on_demand_placements = 0
+    for event in report["events"]:
+        if event["kind"] in ("preempted", "hard-kill", "reclaimed", "failed"):
+            stopped_at[event["job"]] = event["t"]
+        elif event["kind"] == "placed" and event["job"] in stopped_at:
+            from_step = int(event["detail"].removeprefix("from step "))
+            if event["node"].startswith("od-") and from_step < 0.8 * 2500:
+                on_demand_placements += 1
+                assert event["t"] - stopped_at[event["job"]] >= 2.0 - 0.05, event
+    # Two spot nodes for two jobs: a reclaimed node is gone for seconds, so one job must wait.
+    assert on_demand_placements >= 1
