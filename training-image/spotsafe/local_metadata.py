@@ -173,7 +173,10 @@ class _GceHandler(_Handler):
             return self.reply(404)
         query = parse_qs(parts.query)
         wait = query.get("wait_for_change", ["false"])[0].lower() == "true"
-        timeout_s = float(query.get("timeout_sec", ["0"])[0] or 0) or None
+        try:
+            timeout_s = float(query.get("timeout_sec", ["0"])[0]) or None
+        except ValueError:
+            return self.reply(400, "timeout_sec must be a number of seconds")
         last_etag = query.get("last_etag", [None])[0]
         value, etag = gce.read(wait, last_etag, timeout_s)
         self.reply(200, value, {"ETag": etag, "Metadata-Flavor": "Google"})
