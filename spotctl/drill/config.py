@@ -26,7 +26,7 @@ class DrillConfig:
     """Seeds the preemption schedule, the choice of victims and each job's training seed."""
     jobs: int = 3
     """Training jobs to run, each the example trainer."""
-    steps: int = 5000
+    steps: int = 4000
     """Steps per job."""
     every_steps: int = 250
     """Checkpoint cadence of each job, in steps."""
