@@ -138,3 +138,33 @@ def test_rebalance_recommendation_saves_at_once_and_trains_on(
     assert result["weights_sha256"] == reference_sha
     committed = [int(m) for m in re.findall(r"committed step (\d+)", log)]
     assert [s for s in committed if s % 1000], f"a save off the 1000-step cadence: {committed}"
+
+
+def test_a_final_save_that_fails_still_exits_75_and_counts_the_lost_steps(
+    s3_uri: str, proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    port = free_port()
+    args = ["--steps", str(STEPS), "--checkpoint-uri", s3_uri, "--every-steps", "50"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spotsafe.examples.train", *args, "--metrics-port", str(port)],
+        env={**os.environ, "SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "60"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_step(port, 120, proc)
+    proxy.down()  # storage unreachable just as the notice comes
+    proc.send_signal(signal.SIGTERM)
+    code, stopped, log = result_of(proc)
+
+    assert code == EXIT_PREEMPTED, log
+    assert stopped["preempted"] and stopped["fitted_deadline"] is False
+    assert stopped["durable_at"] is None
+    committed = max(int(m) for m in re.findall(r"committed step (\d+)", log))
+    lost = stopped["final_step"] - committed
+    assert lost > 0 and f"{lost} step(s) lost" in log
+
+    proxy.restore()
+    code, resumed, _ = result_of(trainer(s3_uri, {"SPOTSAFE_NOTICE_SOURCES": "sigterm"}))
+    assert code == 0 and resumed["resumed_from"] == committed

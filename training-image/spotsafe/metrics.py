@@ -69,7 +69,7 @@ final_saves = Counter(
 )
 lost_steps = Counter(
     "spotsafe_lost_steps_total",
-    "Steps since the last durable checkpoint when a final save missed its deadline",
+    "Steps since the last durable checkpoint when a final save after a notice failed",
 )
 training_step = Gauge("spotsafe_training_step", "Step the training loop last completed")
 resumed_from_step = Gauge(

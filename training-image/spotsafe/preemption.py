@@ -22,6 +22,7 @@ from typing import Any
 
 from spotsafe import metrics
 from spotsafe.agreement import Agreement, agree
+from spotsafe.errors import SpotsafeError
 from spotsafe.termination import REBALANCE, TerminationWatcher, WatcherConfig
 
 log = logging.getLogger(__name__)
@@ -77,14 +78,21 @@ class PreemptionGuard:
             "fits" if fits else "may not fit",
         )
         started = time.time()
-        committed_before = ckpt.last_committed_step
-        if not saved:
-            ckpt.save(step, state)
-        ckpt.close()
+        try:
+            if not saved:
+                ckpt.save(step, state)
+            ckpt.close()
+        except SpotsafeError as e:
+            # Still "resume me": the newest committed checkpoint is intact, only these steps go.
+            lost = step - (ckpt.last_committed_step or 0)
+            log.error("final save at step %d failed, %d step(s) lost: %s", step, lost, e)
+            metrics.lost_steps.inc(lost)
+            return {**self._report(expected), "durable_at": None, "fitted_deadline": False}
         durable_at = time.time()
         if durable_at > deadline:
+            # Durable all the same: the node outlived its notice. Had it not, the steps since
+            # the previous checkpoint were lost, which the next attempt's resume step shows.
             log.error("final save durable %.1f s after the deadline", durable_at - deadline)
-            metrics.lost_steps.inc(step - (committed_before or 0))
         else:
             log.warning(
                 "final save at step %d durable in %.2f s, %.1f s before the deadline",
@@ -93,11 +101,17 @@ class PreemptionGuard:
                 deadline - durable_at,
             )
         return {
-            "preempted": True,
-            "notice_source": self.watcher.preemption.source if self.watcher.preemption else None,
-            "deadline": deadline,
-            "expected_save_s": expected,
+            **self._report(expected),
             "final_save_s": durable_at - started,
             "durable_at": durable_at,
             "fitted_deadline": durable_at <= deadline,
+        }
+
+    def _report(self, expected_save_s: float | None) -> dict:
+        notice = self.watcher.preemption
+        return {
+            "preempted": True,
+            "notice_source": notice.source if notice else None,
+            "deadline": self.decision.deadline,
+            "expected_save_s": expected_save_s,
         }
