@@ -117,6 +117,11 @@ class Checkpointer:
         """The slowest of the last five saves (snapshot to durable commit); None before any."""
         return max(self._durations) if self._durations else None
 
+    @property
+    def in_flight(self) -> int:
+        """Saves started but not yet durable (or failed)."""
+        return sum(not future.done() for _, future in self._pending)
+
     # ---- resume ------------------------------------------------------------------------------
 
     def restore(self, state: Mapping[str, Any]) -> int | None:
