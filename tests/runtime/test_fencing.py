@@ -11,7 +11,7 @@ import boto3
 import pytest
 import torch
 from spotsafe import Checkpointer, Extras
-from spotsafe.errors import SupersededError
+from spotsafe.errors import ConfigError, SupersededError
 from spotsafe.manifest import Manifest, ObjectEntry, manifest_key
 from spotsafe_harness import run_trainer, s3_keys, start_trainer
 
@@ -42,6 +42,17 @@ def test_superseded_writer_can_neither_commit_nor_delete(s3_uri: str) -> None:
     assert fresh["extras"]["w"][0] == 31
 
 
+def test_a_reader_fences_no_one(s3_uri: str) -> None:
+    writer = Checkpointer(s3_uri, async_save=False)
+    writer.save(10, _extras(10))
+    reader = Checkpointer(s3_uri, read_only=True)
+    assert reader.restore(_extras(0)) == 10
+    writer.save(20, _extras(20))  # still the newest attempt: the reader claimed none
+    with pytest.raises(ConfigError, match="read_only"):
+        reader.save(30, _extras(30))
+    assert Checkpointer(s3_uri, read_only=True).restore(_extras(0)) == 20
+
+
 def test_commit_of_a_stale_lineage_that_slipped_through_is_ignored(s3_uri: str) -> None:
     """Between its fence check and its commit a zombie may still land a manifest; resume then
     prefers the newer attempt's lineage, even at a lower step."""
@@ -57,7 +68,7 @@ def test_commit_of_a_stale_lineage_that_slipped_through_is_ignored(s3_uri: str) 
         Body=Manifest(30, old.attempt, 1, "torch", [ObjectEntry("x", 1, "0")]).to_json(),
     )  # fmt: skip
 
-    reader = Checkpointer(s3_uri)
+    reader = Checkpointer(s3_uri, read_only=True)
     state = _extras(0)
     assert reader.restore(state) == 20
     assert state["extras"]["w"][0] == 20

@@ -58,7 +58,7 @@ def test_two_ranks_save_one_process_resumes_resharded(s3_uri: str) -> None:
 
     manifest_keys = [k for k in s3_keys(s3_uri) if k.endswith("manifest.json")]
     assert manifest_keys == ["step-10/manifest.json", "step-5/manifest.json"]
-    ckpt = Checkpointer(s3_uri)
+    ckpt = Checkpointer(s3_uri, read_only=True)
     manifest = ckpt.candidates()[0]
     assert (manifest.step, manifest.world_size, manifest.kind) == (10, 2, "dcp")
     shard_files = {o.key.rsplit("/", 1)[1] for o in manifest.objects}
@@ -72,6 +72,6 @@ def test_two_ranks_save_one_process_resumes_resharded(s3_uri: str) -> None:
 
     # A shard lost from the newest checkpoint: resume verifies, reports and falls back.
     Checkpointer(s3_uri).store.delete([f"step-10/{manifest.objects[0].key}"])
-    reader = Checkpointer(s3_uri)
+    reader = Checkpointer(s3_uri, read_only=True)
     assert reader.restore(state) == 5
     assert [s.step for s in reader.skipped] == [10] and "missing" in reader.skipped[0].reason

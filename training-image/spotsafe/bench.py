@@ -119,7 +119,7 @@ def measure(size: str, repeats: int, rounds: int, save_every_s: float) -> dict[s
     state_bytes = ckpt.store.list(f"step-{step}/")[0].size
 
     def ours_restore() -> None:
-        assert Checkpointer(cfg.checkpoint_uri).restore(state) == step
+        assert Checkpointer(cfg.checkpoint_uri, read_only=True).restore(state) == step
 
     def base_restore() -> None:
         buffer = io.BytesIO()
@@ -129,9 +129,7 @@ def measure(size: str, repeats: int, rounds: int, save_every_s: float) -> dict[s
 
     restore_s, baseline_restore_s = _median_pair(repeats, ours_restore, base_restore)
 
-    saving = Checkpointer(cfg.checkpoint_uri, keep_last=2)  # the newest attempt: the writer
-    costs = [_save_cost_s(cfg, model, state, saving, step + r + 1) for r in range(rounds)]
-    saving.close()
+    costs = [_save_cost_s(cfg, model, state, ckpt, step + r + 1) for r in range(rounds)]
     steps_per_s = len(_step_times(cfg, model, state, lambda n, t: t >= 2.0)) / 2.0
     ckpt.close()
     return {

@@ -100,8 +100,12 @@ class Checkpointer:
             for name in ("spotsafe-save", "spotsafe-hash")
         )  # fmt: skip
 
-    def _claim_attempt(self) -> int:
-        self.lease = Lease(self.store) if self.rank == 0 else None
+    def _claim_attempt(self) -> int | None:
+        """Claim this writer's attempt id before anything is read, so that a zombie of an
+        earlier attempt is fenced from here on. A reader claims nothing and fences no one."""
+        self.lease = Lease(self.store) if self.rank == 0 and not self.config.read_only else None
+        if self.config.read_only:
+            return None
         if self.world_size == 1:
             return self.lease.attempt
         import torch.distributed as dist
@@ -232,6 +236,8 @@ class Checkpointer:
 
     def save(self, step: int, state: Mapping[str, Any]) -> None:
         """Snapshot state now and make it durable (in the background when async_save)."""
+        if self.config.read_only:
+            raise ConfigError(f"this Checkpointer of {self.uri} is read_only; it cannot save")
         self._reap()
         started = time.monotonic()
         self._last_save_started = started

@@ -25,6 +25,10 @@ class CheckpointConfig:
     max_age_s: float | None = None
     """Milestones older than this are deleted too. None: milestones are kept forever."""
 
+    read_only: bool = False
+    """Only restore: claim no attempt id, so a reader (an evaluation job, a tool) never fences
+    the run's writer. save() then raises."""
+
     async_save: bool = True
     """Upload in the background; training is blocked only for the in-memory snapshot."""
 
