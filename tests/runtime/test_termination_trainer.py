@@ -42,7 +42,9 @@ def result_of(proc: subprocess.Popen) -> tuple[int, dict, str]:
     return proc.returncode, json.loads(out.strip().splitlines()[-1]), err
 
 
-def wait_for_step(port: int, step: int, proc: subprocess.Popen) -> None:
+def wait_for_step(
+    port: int, step: int, proc: subprocess.Popen, metric: str = "spotsafe_training_step"
+) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()
@@ -52,10 +54,10 @@ def wait_for_step(port: int, step: int, proc: subprocess.Popen) -> None:
             time.sleep(0.05)
             continue
         for family in text_string_to_metric_families(text.decode()):
-            if family.name == "spotsafe_training_step" and family.samples[0].value >= step:
+            if family.name == metric and family.samples[0].value >= step:
                 return
         time.sleep(0.02)
-    raise AssertionError(f"trainer never reached step {step}")
+    raise AssertionError(f"{metric} never reached {step}")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +155,7 @@ def test_a_final_save_that_fails_still_exits_75_and_counts_the_lost_steps(
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_step(port, 120, proc)
+    wait_for_step(port, 50, proc, metric="spotsafe_checkpoint_last_committed_step")
     proxy.down()  # storage unreachable just as the notice comes
     proc.send_signal(signal.SIGTERM)
     code, stopped, log = result_of(proc)
@@ -161,10 +163,41 @@ def test_a_final_save_that_fails_still_exits_75_and_counts_the_lost_steps(
     assert code == EXIT_PREEMPTED, log
     assert stopped["preempted"] and stopped["fitted_deadline"] is False
     assert stopped["durable_at"] is None
-    committed = max(int(m) for m in re.findall(r"committed step (\d+)", log))
+    committed_steps = [int(m) for m in re.findall(r"committed step (\d+)", log)]
+    assert committed_steps, log
+    committed = max(committed_steps)
     lost = stopped["final_step"] - committed
     assert lost > 0 and f"{lost} step(s) lost" in log
 
     proxy.restore()
     code, resumed, _ = result_of(trainer(s3_uri, {"SPOTSAFE_NOTICE_SOURCES": "sigterm"}))
     assert code == 0 and resumed["resumed_from"] == committed
+
+
+def test_a_pod_killed_before_its_final_save_is_durable_has_its_loss_counted_on_restart(
+    s3_uri: str, proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    port = free_port()
+    args = ["--steps", str(STEPS), "--checkpoint-uri", s3_uri, "--every-steps", "50"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spotsafe.examples.train", *args, "--metrics-port", str(port)],
+        env={**os.environ, "SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "4"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_step(port, 50, proc, metric="spotsafe_checkpoint_last_committed_step")
+    proxy.chunk_delay_s = 1.0  # storage crawls: the final save cannot make the deadline
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(4)
+    proc.kill()  # the kubelet at the end of the grace period
+    _, log = proc.communicate(timeout=30)
+    stopped_at = int(re.search(r"final save at step (\d+)", log)[1])
+
+    proxy.chunk_delay_s = 0.0
+    code, resumed, log = result_of(trainer(s3_uri, {"SPOTSAFE_NOTICE_SOURCES": "sigterm"}))
+    assert code == 0 and resumed["resumed_from"] < stopped_at
+    lost = stopped_at - resumed["resumed_from"]
+    assert f"stopped at step {stopped_at} but its final save never became durable" in log
+    assert f"{lost} step(s) lost" in log

@@ -1,6 +1,8 @@
 """What a training loop does with termination notices, at each step boundary.
 
 with PreemptionGuard.from_env() as guard:
+    resumed_from = ckpt.restore(state)
+    guard.account_lost_steps(ckpt, resumed_from)   # what an earlier stop failed to save
     while step < steps:
         step += 1
         train_step()
@@ -9,12 +11,14 @@ with PreemptionGuard.from_env() as guard:
             ckpt.save(step, state)
         if decision.stop:                 # preemption imminent: final save at this step
             break
-    guard.final_save(ckpt, step, state)   # durable, timed against the deadline
+    if guard.stopped:
+        guard.final_save(ckpt, step, state, saved=False)   # durable, timed against the deadline
 sys.exit(EXIT_PREEMPTED if guard.stopped else 0)
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -22,7 +26,7 @@ from typing import Any
 
 from spotsafe import metrics
 from spotsafe.agreement import Agreement, agree
-from spotsafe.errors import SpotsafeError
+from spotsafe.errors import ObjectMissingError, SpotsafeError
 from spotsafe.termination import REBALANCE, TerminationWatcher, WatcherConfig
 
 log = logging.getLogger(__name__)
@@ -30,6 +34,9 @@ log = logging.getLogger(__name__)
 # EX_TEMPFAIL: "preempted, resume me". The Job's podFailurePolicy ignores it, so a preemption
 # never uses up backoffLimit.
 EXIT_PREEMPTED = 75
+# Written beside the checkpoints before a final save. If the node goes before the save is
+# durable, the next attempt reads it and counts the steps that were lost.
+STOP_MARKER = "preempted.json"
 
 
 class PreemptionGuard:
@@ -77,7 +84,14 @@ class PreemptionGuard:
             left,
             "fits" if fits else "may not fit",
         )
+        report = {
+            "preempted": True,
+            "notice_source": self.watcher.preemption.source if self.watcher.preemption else None,
+            "deadline": deadline,
+            "expected_save_s": expected,
+        }
         started = time.time()
+        marked = _mark_stop(ckpt, step)
         try:
             if not saved:
                 ckpt.save(step, state)
@@ -86,12 +100,11 @@ class PreemptionGuard:
             # Still "resume me": the newest committed checkpoint is intact, only these steps go.
             lost = step - (ckpt.last_committed_step or 0)
             log.error("final save at step %d failed, %d step(s) lost: %s", step, lost, e)
-            metrics.lost_steps.inc(lost)
-            return {**self._report(expected), "durable_at": None, "fitted_deadline": False}
+            if ckpt.rank == 0 and not marked:  # otherwise the next attempt counts them
+                metrics.lost_steps.inc(lost)
+            return {**report, "durable_at": None, "fitted_deadline": False}
         durable_at = time.time()
         if durable_at > deadline:
-            # Durable all the same: the node outlived its notice. Had it not, the steps since
-            # the previous checkpoint were lost, which the next attempt's resume step shows.
             log.error("final save durable %.1f s after the deadline", durable_at - deadline)
         else:
             log.warning(
@@ -101,17 +114,42 @@ class PreemptionGuard:
                 deadline - durable_at,
             )
         return {
-            **self._report(expected),
+            **report,
             "final_save_s": durable_at - started,
             "durable_at": durable_at,
             "fitted_deadline": durable_at <= deadline,
         }
 
-    def _report(self, expected_save_s: float | None) -> dict:
-        notice = self.watcher.preemption
-        return {
-            "preempted": True,
-            "notice_source": notice.source if notice else None,
-            "deadline": self.decision.deadline,
-            "expected_save_s": expected_save_s,
-        }
+    @staticmethod
+    def account_lost_steps(ckpt: Any, resumed_from: int | None) -> int | None:
+        """After restore: the steps an earlier attempt stopped at but did not save, counted in
+        spotsafe_lost_steps_total. None when no earlier attempt stopped on a notice."""
+        if ckpt.rank != 0:
+            return None
+        try:
+            stopped_at = json.loads(ckpt.store.get(STOP_MARKER))["step"]
+        except ObjectMissingError:
+            return None
+        lost = max(0, stopped_at - (resumed_from or 0))
+        if lost:
+            metrics.lost_steps.inc(lost)
+            log.error(
+                "the previous attempt stopped at step %d but its final save never became "
+                "durable: %d step(s) lost, resuming from %s",
+                stopped_at,
+                lost,
+                resumed_from,
+            )
+        ckpt.store.delete([STOP_MARKER])
+        return lost
+
+
+def _mark_stop(ckpt: Any, step: int) -> bool:
+    if ckpt.rank != 0:
+        return False
+    try:
+        ckpt.store.put(STOP_MARKER, json.dumps({"step": step, "attempt": ckpt.attempt}).encode())
+    except SpotsafeError as e:
+        log.warning("could not record the stop step for the next attempt: %s", e)
+        return False
+    return True

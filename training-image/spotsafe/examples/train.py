@@ -120,6 +120,8 @@ def run(
     ckpt = checkpointer or Checkpointer(cfg.checkpoint_uri, every_steps=cfg.every_steps)
     resumed_from = ckpt.restore(state)
     metrics.resumed_from_step.set(-1 if resumed_from is None else resumed_from)
+    if guard:
+        guard.account_lost_steps(ckpt, resumed_from)
     step, saved_step = resumed_from or 0, resumed_from
     while step < cfg.steps and not should_stop():
         step += 1
