@@ -43,7 +43,7 @@ class Interruption:
     job: str
     node: str
     kind: str
-    """"notice" (announced, then reclaimed) or "hard" (SIGKILL, no notice)."""
+    """Either "notice" (announced, then reclaimed) or "hard" (SIGKILL, no notice)."""
     source: str | None
     at: float
     """When the cloud announced the notice, or killed the node."""
