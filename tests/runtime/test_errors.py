@@ -3,10 +3,12 @@ lose nothing already committed."""
 
 from __future__ import annotations
 
+import boto3
 import pytest
 import torch
 from spotsafe import Checkpointer, Extras
 from spotsafe.errors import ConfigError, StateMismatchError
+from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
 from spotsafe_harness import run_trainer, s3_keys
 
 
@@ -58,3 +60,27 @@ def test_plain_values_in_state_are_refused(tmp_path) -> None:
 def test_unknown_option_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="keep_latest"):
         Checkpointer(f"file://{tmp_path}", keep_latest=3)
+
+
+def test_cli_names_a_missing_permission(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server of its own that enforces IAM after the setup's three calls; the trainer then
+    runs as a user no policy allows anything."""
+    monkeypatch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "3")
+    for key, value in LOCAL_AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    with s3_server() as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        boto3.client("s3").create_bucket(Bucket="locked-bucket")
+        iam = boto3.client("iam")
+        iam.create_user(UserName="no-rights")
+        key = iam.create_access_key(UserName="no-rights")["AccessKey"]
+        user = {
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+        }
+        rc, result, err = run_trainer(
+            "--steps", "5", "--checkpoint-uri", "s3://locked-bucket/run", env=user
+        )
+    assert (rc, result) == (2, None)
+    assert "permission denied" in err and "s3://locked-bucket/run/" in err
+    assert "Traceback" not in err
