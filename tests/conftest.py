@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from spotsafe.local_servers import LOCAL_AWS_ENV, gcs_server, s3_server
+from stack_files import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # Third-party schemas live beside the repository, never inside it.
 SHARED_SCHEMAS = REPO_ROOT.parent / "shared" / "schemas"
 

@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from previewed import Preview
+from stack_files import REPO_ROOT
 
-from spotctl.preview import PreviewResource, preview_program
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-STACKS = sorted(p.name.split(".")[1] for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
-
-
-class Preview:
-    """One stack's previewed resources, with lookups by type and name."""
-
-    def __init__(self, stack: str, resources: list[PreviewResource], seconds: float) -> None:
-        self.stack, self.resources, self.seconds = stack, resources, seconds
-        self.by_urn = {r.urn: r for r in resources}
-
-    def of_type(self, token: str) -> list[PreviewResource]:
-        return [r for r in self.resources if r.type == token]
-
-    def one(self, token: str, name_contains: str = "") -> PreviewResource:
-        found = [r for r in self.of_type(token) if name_contains in r.name]
-        assert len(found) == 1, f"expected one {token} named *{name_contains}*, got {found}"
-        return found[0]
-
-    def children(self, parent: PreviewResource) -> list[PreviewResource]:
-        return [r for r in self.resources if r.parent == parent.urn]
+from spotctl.preview import preview_program
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +20,8 @@ def stack_preview() -> Callable[[str], Preview]:
 
     def get(stack: str) -> Preview:
         if stack not in cache:
-            start = time.perf_counter()
             resources = preview_program(REPO_ROOT, stack, strict_deprecations=True)
-            cache[stack] = Preview(stack, resources, time.perf_counter() - start)
+            cache[stack] = Preview(stack, resources)
         return cache[stack]
 
     return get
@@ -52,12 +30,6 @@ def stack_preview() -> Callable[[str], Preview]:
 @pytest.fixture(scope="session")
 def prod(stack_preview) -> Preview:
     return stack_preview("prod")
-
-
-def stack_values(stack: str) -> dict:
-    """The stack file's config, keyed by schema field (as __main__.py decodes it)."""
-    document = yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
 
 
 @pytest.fixture

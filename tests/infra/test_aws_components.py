@@ -7,7 +7,8 @@ import json
 
 import pulumi_aws as aws
 import pytest
-from conftest import REPO_ROOT, Preview, stack_values
+from previewed import Preview
+from stack_files import REPO_ROOT, stack_values
 
 from components.aws.cluster import ClusterArgs, kubeconfig
 from components.aws.iam import TeamTrainingRoleArgs

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import STACKS, stack_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stack_files import STACKS, stack_values
 
 from components.config import ConfigError, StackConfig, load_config
 

@@ -1,4 +1,4 @@
-"""Every stack under stacks/ previews cleanly, fast, with a sound resource tree."""
+"""Every stack under stacks/ previews cleanly, with a sound resource tree."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, STACKS
+from stack_files import REPO_ROOT, STACKS
 
 from spotctl.preview import STACK_TYPE, preview_program, resource_tree
 
-PREVIEW_BUDGET_S = 10.0
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
 
@@ -27,10 +26,6 @@ def test_every_stack_previews_without_deprecations(stack_preview, stack):
     assert STACK_TYPE in types
     assert "aws:eks/nodeGroup:NodeGroup" in types
     assert "aws:s3/bucket:Bucket" in types
-
-
-def test_prod_preview_is_fast(prod):
-    assert prod.seconds < PREVIEW_BUDGET_S, f"prod preview took {prod.seconds:.1f} s"
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stack_files import REPO_ROOT
 
 from components.k8s.alerts import RULES_FILE, alert_groups
 from components.k8s.dashboard import DashboardArgs, dashboard
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTS_FILE = Path(__file__).parent / "rules" / "spot-training.test.yaml"
 RUNBOOK_SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
 

@@ -1,0 +1,88 @@
+"""Speed of the offline operations on the prod stack, beside a one-bucket baseline program.
+
+    python benchmarks/ops.py [--stack prod]
+
+The baseline is a program with a single S3 bucket run through the same mock engine and the same
+policy pack: it is the fixed cost (interpreter, SDK imports, plugin start) that every run pays on
+this machine, so the ratios say what the stack itself adds. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from spotctl.policy_analyzer import check_preview
+from spotctl.preview import preview_program
+from spotctl.render import KUBERNETES_VERSION, render, validate
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACK_DIR = REPO_ROOT / "policies"
+CRD_DIR = REPO_ROOT.parent / "shared" / "schemas"
+GOALS_S = {"preview_s": 10.0, "render_validate_s": 20.0, "policy_verdict_s": 10.0}
+
+BASELINE_PROGRAM = {
+    "Pulumi.yaml": "name: baseline\nruntime: python\n",
+    "Pulumi.bench.yaml": "config:\n  aws:region: us-west-2\n",
+    "__main__.py": "import pulumi_aws as aws\n\naws.s3.Bucket('baseline')\n",
+}
+
+
+def timed(fn, *args):
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - started
+
+
+def measure(program: Path, stack: str, with_render: bool) -> dict[str, float]:
+    resources, preview_s = timed(preview_program, program, stack)
+    _, policy_s = timed(check_preview, PACK_DIR, program, stack, resources)
+    figures = {"resources": len(resources), "preview_s": preview_s, "policy_verdict_s": policy_s}
+    if with_render:
+        rendered, render_s = timed(render, resources)
+        (problems, _), validate_s = timed(
+            validate, rendered.all_objects(), KUBERNETES_VERSION, [CRD_DIR]
+        )
+        if problems:
+            raise SystemExit(f"the {stack} render does not validate: {problems[:3]}")
+        figures["render_validate_s"] = preview_s + render_s + validate_s
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", default="prod")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="ops-bench-") as tmp:
+        for name, text in BASELINE_PROGRAM.items():
+            (Path(tmp) / name).write_text(text)
+        baseline = measure(Path(tmp), "bench", with_render=False)
+    stack = measure(REPO_ROOT, args.stack, with_render=True)
+
+    table = Table(
+        title=f"offline operations on stack {args.stack!r} ({stack['resources']} resources)"
+    )
+    for column in ("figure", "stack s", "baseline s", "ratio", "goal s"):
+        table.add_column(column, justify="right")
+    for figure, goal in GOALS_S.items():
+        base = baseline.get(figure, baseline["preview_s"])
+        table.add_row(
+            figure,
+            f"{stack[figure]:.2f}",
+            f"{base:.2f}",
+            f"{stack[figure] / base:.2f}",
+            f"{goal:g}",
+        )
+    Console().print(table)
+    print(json.dumps({"stack": stack, "baseline": baseline, "goals_s": GOALS_S}))
+
+
+if __name__ == "__main__":
+    main()
