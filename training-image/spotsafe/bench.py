@@ -15,8 +15,8 @@ Every figure is measured in the same run, beside its baseline, on the example tr
   training time each save costs (steps run while it is in flight, against the median step just
   before it; median over several saves), over 10 s.
 
-The local server runs at a lower CPU priority (nice 10, as the save threads): it stands in for
-remote storage, whose CPU is not the training node's, yet must not starve on a busy machine.
+The local server runs at a lower CPU priority (nice 10): it stands in for remote storage, whose
+CPU is not the training node's, yet must not starve on a busy machine.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spotsafe.bench", description=__doc__)
     p.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     p.add_argument("--size", choices=["small", "medium"], default="medium")
-    p.add_argument("--repeats", type=int, default=3, help="timed repetitions per figure")
+    p.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure")
     p.add_argument("--rounds", type=int, default=5, help="saves timed for the step overhead")
     p.add_argument("--save-every-s", type=float, default=10.0)
     args = p.parse_args(argv)

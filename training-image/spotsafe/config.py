@@ -36,9 +36,11 @@ class CheckpointConfig:
     """Background saves that may be pending at once. save() waits for a slot; maybe_save()
     skips a due save instead, so training goes on while storage is slow or down."""
 
-    save_niceness: int = 10
-    """Added to the nice value of the background save threads, so serialising, hashing and
-    uploading yield the CPU to the training loop. 0: same priority as training."""
+    save_niceness: int = 0
+    """Added to the nice value of the background save threads, so that on a CPU-bound node
+    serialising, hashing and uploading yield the CPU to the training loop. Saves then take
+    longer, the final one after a termination notice included, and an unprivileged process
+    cannot undo it; so 0, the training loop's own priority, by default."""
 
     max_attempts: int = 5
     """Attempts per storage request (exponential backoff with jitter between them)."""
