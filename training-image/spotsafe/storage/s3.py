@@ -35,6 +35,39 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 
 
+class _View(io.RawIOBase):
+    """A seekable read-only file over a buffer. BytesIO would first copy the whole buffer."""
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self._data = memoryview(data).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size is None or size < 0 else self._pos + size
+        chunk = bytes(self._data[self._pos : end])
+        self._pos += len(chunk)
+        return chunk
+
+    def readinto(self, buffer: memoryview) -> int:
+        chunk = self.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
 class S3Store:
     def __init__(
         self, uri: str, bucket: str, prefix: str, max_attempts: int, connect_timeout_s: float
@@ -95,9 +128,7 @@ class S3Store:
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         with self._translated("upload", key):
-            self.client.upload_fileobj(
-                io.BytesIO(data), self.bucket, self.prefix + key, Config=TRANSFER
-            )
+            self.client.upload_fileobj(_View(data), self.bucket, self.prefix + key, Config=TRANSFER)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         with self._translated("create-only put", key):
