@@ -26,8 +26,9 @@ class DrillConfig:
     """Seeds the preemption schedule, the choice of victims and each job's training seed."""
     jobs: int = 3
     """Training jobs to run, each the example trainer."""
-    steps: int = 4000
-    """Steps per job."""
+    steps: int = 10000
+    """Steps per job: enough that, on an idle 2-core machine, the schedule's notices and hard
+    kills land while the jobs still train, and pod start-up does not dominate the idle share."""
     every_steps: int = 250
     """Checkpoint cadence of each job, in steps."""
     size: str = "small"
@@ -35,13 +36,13 @@ class DrillConfig:
     spot_nodes: int = 4
     """One more than the jobs: a diversified pool can replace a reclaimed node at once."""
     on_demand_nodes: int = 1
-    notices_per_min: float = 4.0
+    notices_per_min: float = 6.0
     """Rate of preemptions with notice over the spot pool (a seeded Poisson process)."""
     notice_s: float = 8.0
     """Notice window: seconds from the notice until the node is reclaimed."""
     hard_kills: int = 2
     """Preemptions with no notice (SIGKILL), at seeded times."""
-    hard_kill_window_s: tuple[float, float] = (6.0, 40.0)
+    hard_kill_window_s: tuple[float, float] = (4.0, 20.0)
     """Seconds after the start between which the hard kills fall."""
     on_demand_after_s: float = 4.0
     """A job waits this long for spot capacity before it may take an on-demand node."""
