@@ -87,7 +87,7 @@ def measure(size: str, repeats: int, rounds: int, save_every_s: float) -> dict[s
     model, state = make_state(cfg)
     train_step(cfg, model, state)  # allocates the optimizer's state
     tensors = [t for t in model.parameters()] + [
-        t for s in state["optim"].state.values() for t in s.values() if t.dim()
+        t for s in state["optim"].optim.state.values() for t in s.values() if t.dim()
     ]
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=BUCKET)

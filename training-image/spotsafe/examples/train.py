@@ -10,6 +10,10 @@ Tests, the drill and the benchmark all run it.
 On a termination notice (spotsafe.termination: SIGTERM, AWS IMDS, GCE metadata) it stops at the
 next step boundary, saves that step, waits until it is durable and exits 75, "preempted, resume
 me"; the JSON then says so. A rebalance recommendation makes it save at once and train on.
+
+Under torchrun (WORLD_SIZE > 1) every rank joins a gloo process group, reads its own data shard
+and averages gradients before each optimizer step; checkpoints are then sharded (DCP), all ranks
+stop at the same step, and rank 0 alone prints the JSON line.
 """
 
 from __future__ import annotations
@@ -27,7 +31,12 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 
 from spotsafe import Checkpointer, DataPosition, Extras, RNGState, metrics
 from spotsafe.errors import EXIT_USAGE, SpotsafeError
@@ -55,11 +64,39 @@ def build_model(size: str) -> nn.Module:
     return nn.Sequential(*blocks, nn.Linear(hidden, 1))
 
 
-def batch(seed: int, position: DataPosition, size: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch at the data position. Python, NumPy and torch RNGs all shape it, so an exact
-    resume needs every one of them restored."""
+class OptimizerState:
+    """The optimizer's state keyed by parameter name, through DCP's state_dict helpers. A fresh
+    optimizer's own state_dict() has no per-parameter state yet, so a sharded load would find
+    nothing to fill and silently drop Adam's moments."""
+
+    def __init__(self, model: nn.Module, optim: torch.optim.Optimizer) -> None:
+        self.model, self.optim = model, optim
+
+    def state_dict(self) -> dict[str, Any]:
+        return get_optimizer_state_dict(self.model, self.optim)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_optimizer_state_dict(self.model, self.optim, state_dict)
+
+
+def position_in_world() -> tuple[int, int]:
+    """This process's rank and the world size; (0, 1) outside torchrun."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def batch(
+    seed: int, position: DataPosition, size: str, rank: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s batch at the data position. Python, NumPy and torch RNGs all shape it, so an
+    exact resume needs every one of them restored. Every rank draws the same number from them,
+    so they stay equal across ranks and the copy a sharded checkpoint keeps fits every rank."""
     width, _, _, batch_size = SIZES[size]
-    g = torch.Generator().manual_seed(seed * 1_000_003 + position.index)
+    # The generator keeps 32 bits of its seed. Ranks step by the golden ratio's 32-bit fraction,
+    # a Weyl sequence, so every rank's seeds stay millions of batches apart from another's.
+    base = seed * 1_000_003 + position.index + rank * 0x9E3779B9
+    g = torch.Generator().manual_seed(base % 2**32)
     x = torch.randn(batch_size, width, generator=g)
     x += torch.from_numpy(np.random.standard_normal(x.shape).astype(np.float32)) * 0.01
     if random.random() < 0.5:
@@ -82,11 +119,11 @@ def make_state(cfg: TrainConfig) -> tuple[nn.Module, dict[str, Any]]:
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
-    model = build_model(cfg.size)
+    model = build_model(cfg.size)  # the same seed on every rank: the same initial weights
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = {
         "model": model,
-        "optim": optim,
+        "optim": OptimizerState(model, optim),
         "sched": torch.optim.lr_scheduler.StepLR(optim, step_size=50, gamma=0.5),
         "scaler": torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available()),
         "rng": RNGState(),
@@ -96,12 +133,26 @@ def make_state(cfg: TrainConfig) -> tuple[nn.Module, dict[str, Any]]:
     return model, state
 
 
+def average_gradients(model: nn.Module, world_size: int) -> None:
+    """One all_reduce over all gradients, flattened, so every rank takes the same step."""
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.flatten() for g in grads])
+    dist.all_reduce(flat)
+    flat /= world_size
+    for grad, averaged in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+        grad.copy_(averaged.view_as(grad))
+
+
 def train_step(cfg: TrainConfig, model: nn.Module, state: dict[str, Any]) -> None:
-    x, y = batch(cfg.seed, state["data"], cfg.size)
+    rank, world_size = position_in_world()
+    x, y = batch(cfg.seed, state["data"], cfg.size, rank)
     loss = nn.functional.mse_loss(model(x), y)
-    state["optim"].zero_grad()
+    optim = state["optim"].optim
+    optim.zero_grad()
     state["scaler"].scale(loss).backward()
-    state["scaler"].step(state["optim"])
+    if world_size > 1:
+        average_gradients(model, world_size)
+    state["scaler"].step(optim)
     state["scaler"].update()
     state["sched"].step()
     state["extras"]["loss"] = loss.item()
@@ -159,7 +210,9 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--every-steps", type=int, default=10, help="save every K steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", choices=sorted(SIZES), default="small")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on this port (+ local rank)"
+    )
     args = p.parse_args(argv)
     if args.steps < 0 or args.every_steps < 1:
         p.error("--steps must be >= 0 and --every-steps >= 1")
@@ -174,14 +227,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(args.metrics_port)
+        # Under torchrun the ranks of one node share its ports: local rank r serves PORT + r.
+        start_http_server(args.metrics_port + int(os.environ.get("LOCAL_RANK", "0")))
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # set by torchrun
+    if distributed:
+        dist.init_process_group("gloo")
+    rank, _ = position_in_world()
     try:
         with PreemptionGuard.from_env() as guard:
             result = run(cfg, guard=guard)
     except SpotsafeError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(result), flush=True)
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+    if rank == 0:  # the ranks share one stdout: one JSON line, as from a single process
+        print(json.dumps(result), flush=True)
     return EXIT_PREEMPTED if result.get("preempted") else 0
 
 
