@@ -1,6 +1,7 @@
 """The example trainer under the real launcher, torchrun, with two gloo ranks. A SIGTERM to the
 launcher reaches both ranks; they stop at one step and save it once, sharded. One plain process
-resumes that checkpoint (resharding), and two ranks resume it bitwise-exactly."""
+resumes that checkpoint (resharding), and two ranks resume it bitwise-exactly; two ranks also
+resume a single-process checkpoint."""
 
 from __future__ import annotations
 
@@ -96,3 +97,21 @@ def test_sigterm_to_torchrun_stops_both_ranks_at_one_step_and_one_process_resume
     assert after["resumed_from"] == stop, resumed2[1]
     assert after["weights_sha256"] == uninterrupted["weights_sha256"]
     assert uninterrupted["weights_sha256"] != resumed["weights_sha256"], "ranks' data differ"
+
+
+def test_two_ranks_resume_a_single_process_checkpoint(s3_uri: str) -> None:
+    code, single, err = run_trainer(
+        "--steps", "200", "--checkpoint-uri", s3_uri, "--every-steps", str(EVERY), env=ENV
+    )  # fmt: skip
+    assert code == 0 and single["final_step"] == 200, err
+    assert Checkpointer(s3_uri, read_only=True).candidates()[0].kind == "torch"
+
+    # Every rank loads the whole single-process state (it is replicated), then trains on sharded.
+    proc = torchrun(s3_uri, 300)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    [result] = json_lines(out)
+    assert (result["resumed_from"], result["final_step"]) == (200, 300)
+    assert result["skipped"] == []
+    manifest = Checkpointer(s3_uri, read_only=True).candidates()[0]
+    assert (manifest.step, manifest.world_size, manifest.kind) == (300, 2, "dcp")

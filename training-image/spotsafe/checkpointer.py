@@ -140,25 +140,30 @@ class Checkpointer:
 
             return sharded.restore(self, state)
         for manifest in self.candidates():
-            where = f"{self.uri}/{step_prefix(manifest.step)}"
             try:
                 if manifest.kind == "dcp":
                     from spotsafe import sharded
 
                     sharded.load_into(self, manifest, state)
                 else:
-                    payload = torch.load(
-                        io.BytesIO(self.fetch(manifest, manifest.objects[0])),
-                        map_location="cpu",
-                        weights_only=True,
-                    )
-                    state_mod.load(state, payload, where)
+                    self.load_payload(manifest, self.fetch_payload(manifest), state)
             except CorruptCheckpointError as e:
                 self.report_corrupt(manifest.step, str(e))
                 continue
             self._restored(manifest)
             return manifest.step
         return None
+
+    def fetch_payload(self, manifest: Manifest) -> Any:
+        """The verified, deserialised state of a single-process ("torch") checkpoint."""
+        return torch.load(
+            io.BytesIO(self.fetch(manifest, manifest.objects[0])),
+            map_location="cpu",
+            weights_only=True,
+        )
+
+    def load_payload(self, manifest: Manifest, payload: Any, state: Mapping[str, Any]) -> None:
+        state_mod.load(state, payload, f"{self.uri}/{step_prefix(manifest.step)}")
 
     def candidates(self) -> list[Manifest]:
         """Committed manifests, newest first, without those of a superseded lineage."""

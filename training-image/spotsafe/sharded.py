@@ -60,7 +60,8 @@ def load_into(ckpt: Checkpointer, manifest: Manifest, state: Mapping[str, Any]) 
 
 def restore(ckpt: Checkpointer, state: Mapping[str, Any]) -> int | None:
     """Collective resume: rank 0 lists the candidates; every rank downloads and verifies the
-    newest; all load it (DCP's load is collective) only if it verified on every rank."""
+    newest; all load it (DCP's load is collective) only if it verified on every rank. A
+    single-process checkpoint is loaded whole by every rank: its state is replicated."""
     import torch
     import torch.distributed as dist
 
@@ -68,15 +69,21 @@ def restore(ckpt: Checkpointer, state: Mapping[str, Any]) -> int | None:
     dist.broadcast_object_list(shared, src=0)
     for manifest in shared[0]:
         with tempfile.TemporaryDirectory(prefix=f"spotsafe-step-{manifest.step}-") as local:
-            problem = ""
+            problem, payload = "", None
             try:
-                _download(ckpt, manifest, Path(local))
+                if manifest.kind == "dcp":
+                    _download(ckpt, manifest, Path(local))
+                else:
+                    payload = ckpt.fetch_payload(manifest)
             except CorruptCheckpointError as e:
                 problem = str(e)
             failed = torch.tensor([1 if problem else 0])
             dist.all_reduce(failed, op=dist.ReduceOp.MAX)
             if not failed.item():
-                _load(ckpt, manifest, state, Path(local))
+                if manifest.kind == "dcp":
+                    _load(ckpt, manifest, state, Path(local))
+                else:
+                    ckpt.load_payload(manifest, payload, state)
                 ckpt._restored(manifest)
                 return manifest.step
         if ckpt.rank == 0 or problem:
