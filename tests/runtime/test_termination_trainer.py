@@ -23,8 +23,10 @@ from spotsafe.preemption import EXIT_PREEMPTED
 STEPS = 3000
 
 
-def trainer(uri: str, env: dict[str, str], metrics_port: int | None = None) -> subprocess.Popen:
-    args = ["--steps", str(STEPS), "--checkpoint-uri", uri, "--every-steps", "1000"]
+def trainer(
+    uri: str, env: dict[str, str], metrics_port: int | None = None, every_steps: int = 1000
+) -> subprocess.Popen:
+    args = ["--steps", str(STEPS), "--checkpoint-uri", uri, "--every-steps", str(every_steps)]
     if metrics_port:
         args += ["--metrics-port", str(metrics_port)]
     return subprocess.Popen(
@@ -147,14 +149,8 @@ def test_a_final_save_that_fails_still_exits_75_and_counts_the_lost_steps(
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     port = free_port()
-    args = ["--steps", str(STEPS), "--checkpoint-uri", s3_uri, "--every-steps", "50"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotsafe.examples.train", *args, "--metrics-port", str(port)],
-        env={**os.environ, "SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "60"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "60"}
+    proc = trainer(s3_uri, env, metrics_port=port, every_steps=50)
     wait_for_step(port, 50, proc, metric="spotsafe_checkpoint_last_committed_step")
     proxy.down()  # storage unreachable just as the notice comes
     proc.send_signal(signal.SIGTERM)
@@ -179,14 +175,8 @@ def test_a_pod_killed_before_its_final_save_is_durable_has_its_loss_counted_on_r
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     port = free_port()
-    args = ["--steps", str(STEPS), "--checkpoint-uri", s3_uri, "--every-steps", "50"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotsafe.examples.train", *args, "--metrics-port", str(port)],
-        env={**os.environ, "SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "4"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "4"}
+    proc = trainer(s3_uri, env, metrics_port=port, every_steps=50)
     wait_for_step(port, 50, proc, metric="spotsafe_checkpoint_last_committed_step")
     proxy.chunk_delay_s = 1.0  # storage crawls: the final save cannot make the deadline
     proc.send_signal(signal.SIGTERM)
