@@ -147,12 +147,22 @@ def validate(
     return problems, sorted(set(unvalidated))
 
 
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a bare `=` (an enum value in the AlertmanagerConfig CRD) as the `value`
+    tag, which SafeLoader cannot construct; here it stays the plain string it is."""
+
+
+_CrdLoader.add_constructor(
+    "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
+)
+
+
 def crd_schemas(crd_dirs: Iterable[Path]) -> dict[tuple[str, str], dict]:
     """(apiVersion, kind) -> openAPIV3Schema of every served version of the CRDs found."""
     schemas = {}
     for folder in crd_dirs:
         for path in sorted(Path(folder).rglob("*.y*ml")):
-            for doc in yaml.safe_load_all(path.read_text()):
+            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader):
                 if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                     continue
                 spec = doc["spec"]
