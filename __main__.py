@@ -1,4 +1,5 @@
-"""The Pulumi program: reads the stack's config and builds the platform.
+"""The Pulumi program: reads the stack's config, builds the cloud's platform, then the
+Kubernetes layer on it.
 
 This is the only module that reads `pulumi.Config`; every component takes typed args.
 """
@@ -6,31 +7,14 @@ This is the only module that reads `pulumi.Config`; every component takes typed 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
-from components.aws.cluster import Cluster, ClusterArgs
-from components.aws.iam import (
-    NodeRole,
-    NodeRoleArgs,
-    PlatformRoles,
-    PlatformRolesArgs,
-    TeamTrainingRole,
-    TeamTrainingRoleArgs,
-)
-from components.aws.interruption import HandlerIdentity, InterruptionQueue, InterruptionQueueArgs
-from components.aws.nodepools import ManagedNodeGroupPool, ManagedNodeGroupPoolArgs
-from components.aws.observability import Observability, ObservabilityArgs
-from components.aws.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
-from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
-from components.config import NOTICE_SOURCES, ConfigError, StackConfig, load_config
-from components.k8s import termination_handler
-from components.k8s.layer import KubernetesLayer, KubernetesLayerArgs
-from components.pools import pool_specs
-from components.tags import cost_tags
+from components.aws.platform import build_aws
+from components.config import ConfigError, StackConfig, load_config
+from components.k8s.layer import build_kubernetes
+
+BUILDERS = {"aws": build_aws}
 
 
 def read_stack_config() -> StackConfig:
@@ -51,168 +35,5 @@ def read_stack_config() -> StackConfig:
         raise pulumi.RunError(str(exc)) from None
 
 
-@dataclass(frozen=True)
-class AwsPlatform:
-    """What the cloud layer hands to the Kubernetes layer."""
-
-    cluster: Cluster
-    bucket: CheckpointBucket
-    interruption: InterruptionQueue
-    team_roles: dict[str, TeamTrainingRole]
-
-
-def build_aws(settings: StackConfig) -> AwsPlatform:
-    aws_config, env = settings.aws, settings.environment
-    tags = cost_tags(settings.cost_tags, env)
-    provider = aws.Provider("aws", region=settings.region, default_tags={"tags": tags})
-    opts = pulumi.ResourceOptions(providers=[provider])
-
-    cluster = Cluster(
-        env,
-        ClusterArgs(
-            region=settings.region,
-            zones=settings.zones,
-            create=aws_config.cluster.create,
-            existing=aws_config.cluster.existing,
-            tags=tags,
-        ),
-        opts=opts,
-    )
-    node_role = NodeRole(f"{env}-node", NodeRoleArgs(tags=tags), opts=opts)
-    pools = {
-        spec.tier: ManagedNodeGroupPool(
-            f"{env}-{spec.tier}",
-            ManagedNodeGroupPoolArgs(
-                spec=spec,
-                cluster_name=cluster.name,
-                node_role_arn=node_role.arn,
-                subnet_ids=cluster.node_subnet_ids,
-                tags=cost_tags(settings.cost_tags, env, capacity=spec.capacity),
-            ),
-            opts=opts,
-        )
-        for spec in pool_specs(aws_config.pools)
-    }
-    storage = aws_config.checkpoint_storage
-    bucket = CheckpointBucket(
-        f"{env}-checkpoints",
-        CheckpointBucketArgs(
-            noncurrent_version_days=storage.noncurrent_version_days,
-            noncurrent_versions_to_keep=storage.noncurrent_versions_to_keep,
-            abort_multipart_days=storage.abort_multipart_days,
-            transitions=storage.transitions,
-            kms_deletion_window_days=storage.kms_deletion_window_days,
-            bucket_name=storage.bucket_name,
-            tags=tags,
-        ),
-        opts=opts,
-    )
-    team_roles = {
-        team.name: TeamTrainingRole(
-            f"{env}-{team.name}-training",
-            TeamTrainingRoleArgs(
-                team=team.name,
-                cluster_name=cluster.name,
-                namespace=team.namespace,
-                service_account=team.service_account,
-                bucket_arn=bucket.arn,
-                prefix=team.checkpoint_prefix,
-                kms_key_arn=bucket.kms_key_arn,
-                tags=cost_tags(settings.cost_tags, env, team=team.name),
-            ),
-            opts=opts,
-        )
-        for team in settings.teams
-    }
-    principals = aws_config.principals
-    PlatformRoles(
-        f"{env}-roles",
-        PlatformRolesArgs(
-            cluster_name=aws_config.cluster.name,
-            cluster_arn=cluster.arn,
-            bucket_arn=bucket.arn,
-            team_namespaces=[team.namespace for team in settings.teams],
-            platform_admin=principals.platform_admin,
-            ml_engineer=principals.ml_engineer,
-            log_reader=principals.log_reader,
-            tags=tags,
-        ),
-        opts=opts,
-    )
-    quota = aws_config.spot_gpu_quota
-    SpotGpuQuotas(
-        f"{env}-spot-quotas",
-        SpotGpuQuotasArgs(p_family_vcpus=quota.p_family_vcpus, g_family_vcpus=quota.g_family_vcpus),
-        opts=opts,
-    )
-    interruption = InterruptionQueue(
-        f"{env}-interruptions",
-        InterruptionQueueArgs(
-            handler=HandlerIdentity(
-                cluster_name=cluster.name,
-                namespace=termination_handler.NAMESPACE,
-                service_account=termination_handler.SERVICE_ACCOUNT,
-            ),
-            tags=tags,
-        ),
-        opts=opts,
-    )
-    alarms = aws_config.alarms
-    observability = Observability(
-        f"{env}-observability",
-        ObservabilityArgs(
-            cluster_name=cluster.name,
-            region=settings.region,
-            spot_interruption_rule=interruption.rule_names["spot-interruption"],
-            rebalance_rule=interruption.rule_names["rebalance"],
-            interruption_queue=interruption.queue_name,
-            pool_groups={tier: pool.autoscaling_group_name for tier, pool in pools.items()},
-            runbook_base_url=settings.kubernetes.monitoring.runbook_base_url,
-            emails=settings.alerts.emails,
-            interruptions_per_hour=alarms.interruptions_per_hour,
-            queue_age_seconds=alarms.queue_age_seconds,
-            gpu_idle_percent=alarms.gpu_idle_percent,
-            tags=tags,
-        ),
-        opts=opts,
-    )
-    pulumi.export("cluster_name", cluster.name)
-    pulumi.export("kubeconfig", cluster.kubeconfig)
-    pulumi.export("checkpoint_bucket", bucket.bucket)
-    pulumi.export("interruption_queue_url", interruption.queue_url)
-    pulumi.export("training_role_arns", {name: role.arn for name, role in team_roles.items()})
-    pulumi.export("alert_topic_arn", observability.topic_arn)
-    pulumi.export(
-        "pool_autoscaling_groups",
-        {tier: pool.autoscaling_group_name for tier, pool in pools.items()},
-    )
-    return AwsPlatform(cluster, bucket, interruption, team_roles)
-
-
-def build_kubernetes(settings: StackConfig, platform: AwsPlatform) -> None:
-    provider = k8s.Provider(
-        "kubernetes", kubeconfig=platform.cluster.kubeconfig, enable_server_side_apply=True
-    )
-    KubernetesLayer(
-        settings.environment,
-        KubernetesLayerArgs(
-            teams=tuple(settings.teams),
-            settings=settings.kubernetes,
-            checkpoint_roots={
-                team.name: platform.bucket.bucket.apply(
-                    lambda bucket, prefix=team.checkpoint_prefix: f"s3://{bucket}/{prefix}"
-                )
-                for team in settings.teams
-            },
-            notice_seconds=settings.kubernetes.notice_for(settings.cloud),
-            notice_sources=NOTICE_SOURCES[settings.cloud],
-            interruption_queue_url=platform.interruption.queue_url,
-            region=settings.region,
-        ),
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform.cluster]),
-    )
-
-
 settings = read_stack_config()
-platform = build_aws(settings)
-build_kubernetes(settings, platform)
+build_kubernetes(settings, BUILDERS[settings.cloud](settings))

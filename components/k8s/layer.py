@@ -1,7 +1,7 @@
-"""The whole Kubernetes layer of a stack, from its typed config, on one cluster's provider.
+"""The whole Kubernetes layer of a stack, from its typed config and the cloud's `Platform`.
 
 Cloud-neutral except for the node termination handler, which runs where the cloud sends
-interruption events to a queue (AWS). Pass the cluster's Kubernetes provider in `opts.providers`.
+interruption events to a queue (AWS). `build_kubernetes` puts it on the platform's cluster.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_kubernetes as k8s
 
-from components.config import KubernetesConfig, Team
+from components.config import KubernetesConfig, StackConfig, Team
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
 from components.k8s.jobs import TrainingJobSpec
@@ -20,22 +21,18 @@ from components.k8s.placement import ON_DEMAND, SPOT
 from components.k8s.priorities import Priorities, PrioritiesArgs
 from components.k8s.templates import JobTemplates, JobTemplatesArgs
 from components.k8s.termination_handler import NodeTerminationHandler, NodeTerminationHandlerArgs
+from components.platform import Platform
 
 
 @dataclass(frozen=True)
 class KubernetesLayerArgs:
     teams: tuple[Team, ...]
     settings: KubernetesConfig
-    # Where each team's runs checkpoint, e.g. "s3://<bucket>/<team prefix>", by team name.
-    checkpoint_roots: dict[str, pulumi.Input[str]]
-    notice_seconds: int
-    notice_sources: tuple[str, ...]
-    # AWS: the interruption queue the node termination handler drains nodes from.
-    interruption_queue_url: pulumi.Input[str] | None = None
-    region: str = ""
+    platform: Platform
 
     def __post_init__(self) -> None:
-        missing = [team.name for team in self.teams if team.name not in self.checkpoint_roots]
+        roots = self.platform.checkpoint_roots
+        missing = [team.name for team in self.teams if team.name not in roots]
         if missing:
             raise ValueError(f"no checkpoint root for teams {missing}")
 
@@ -45,7 +42,7 @@ class KubernetesLayer(pulumi.ComponentResource):
         self, name: str, args: KubernetesLayerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:k8s:KubernetesLayer", name, None, opts)
-        s = args.settings
+        s, platform = args.settings, args.platform
         child = pulumi.ResourceOptions(parent=self)
         Priorities(f"{name}-priorities", PrioritiesArgs(), child)
         namespaces = []
@@ -62,6 +59,9 @@ class KubernetesLayer(pulumi.ComponentResource):
                         memory=f"{gpus * s.memory_gib_per_gpu}Gi",
                         service_account=team.service_account,
                         gpu_resource=s.gpu_resource,
+                        service_account_annotations=platform.service_account_annotations.get(
+                            team.name, {}
+                        ),
                         monitoring_namespace=s.monitoring.namespace,
                     ),
                     child,
@@ -101,8 +101,8 @@ class KubernetesLayer(pulumi.ComponentResource):
                 checkpoint_root="",
                 image=t.image,
                 command=tuple(t.command),
-                notice_seconds=args.notice_seconds,
-                notice_sources=args.notice_sources,
+                notice_seconds=platform.notice_seconds,
+                notice_sources=platform.notice_sources,
                 spot=SPOT,
                 gpus=t.gpus_per_node,
                 cpu=str(t.gpus_per_node * s.cpu_per_gpu),
@@ -115,7 +115,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 f"{name}-{team.name}-templates",
                 JobTemplatesArgs(
                     spec=spec,
-                    checkpoint_root=args.checkpoint_roots[team.name],
+                    checkpoint_root=platform.checkpoint_roots[team.name],
                     min_nodes=t.min_nodes,
                     max_nodes=t.max_nodes,
                 ),
@@ -142,15 +142,29 @@ class KubernetesLayer(pulumi.ComponentResource):
             ),
             child,
         )
-        if args.interruption_queue_url is not None:
+        if platform.interruption_queue_url is not None:
             NodeTerminationHandler(
                 f"{name}-nth",
                 NodeTerminationHandlerArgs(
-                    queue_url=args.interruption_queue_url,
-                    region=args.region,
-                    node_grace_seconds=args.notice_seconds,
+                    queue_url=platform.interruption_queue_url,
+                    region=platform.region,
+                    node_grace_seconds=platform.notice_seconds,
                     monitor_labels=dict(m.prometheus_selector_labels),
                 ),
                 child,
             )
         self.register_outputs({"namespaces": [team.namespace for team in args.teams]})
+
+
+def build_kubernetes(settings: StackConfig, platform: Platform) -> KubernetesLayer:
+    """The Kubernetes layer on the platform's cluster, once the platform is ready."""
+    provider = k8s.Provider(
+        "kubernetes", kubeconfig=platform.kubeconfig, enable_server_side_apply=True
+    )
+    return KubernetesLayer(
+        settings.environment,
+        KubernetesLayerArgs(
+            teams=tuple(settings.teams), settings=settings.kubernetes, platform=platform
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=platform.ready),
+    )
