@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from components.config import NOTICE_SECONDS
+from spotctl.drill.config import Prices
 from spotctl.plan import costs
 from spotctl.plan.model import HOUR_S, SpotJob, planned_goodput
 
@@ -33,6 +34,20 @@ NOTICE_SOURCES = {
     "aws": "EC2 spot interruption notice, two minutes",
     "gcp": "GKE graceful node shutdown: 30 s, 15 s of it for user pods by default",
 }
+
+
+MODEL = [
+    "interruptions arrive as a Poisson process over paid time, restarts included",
+    "a notice stops training at the next step boundary for a final save as long as a save",
+    "a final save that does not fit the notice is lost with the node, and so is the work "
+    "since the last durable checkpoint, as on a failure",
+    "a save blocks training for its snapshot and is durable save_s after it started",
+    "the interval counts from the checkpoint a restart resumed from",
+    "every interruption of any node stops the whole job; paid time is the job's wall time "
+    "on all its nodes",
+    "on-demand runs the same job with the same failures and no spot notices, at its own interval",
+    "long-run averages: the job spans many intervals and interruptions",
+]
 
 
 class PlanError(ValueError):
@@ -78,7 +93,7 @@ def scenario(i: Inputs) -> Scenario:
     measured = costs.read(i.from_bench) if i.from_bench else None
     state_gb = i.state_gb or (measured.state_gb if measured else None)
     if state_gb is None:
-        raise PlanError("--state-gb is required (a drill report has no state size)")
+        raise PlanError("--state-gb is required" + (" with a drill report" if measured else ""))
     shard_gb = state_gb / i.nodes
     base = measured.at(shard_gb) if measured else costs.from_size(shard_gb)
     blocked = i.checkpoint_s if i.checkpoint_s is not None else base.blocked_s
@@ -100,8 +115,8 @@ def scenario(i: Inputs) -> Scenario:
     )
     if planned_goodput(job) < MIN_GOODPUT:
         raise PlanError(
-            "--interruptions-per-hour: at this rate the job would take over a million times "
-            "its on-demand time"
+            "--interruptions-per-hour, --failures-per-hour: at these rates the job would take "
+            "over a million times its on-demand time"
         )
     spot, on_demand, price_source = _prices(i)
     assumptions = {
@@ -143,20 +158,6 @@ def scenario(i: Inputs) -> Scenario:
     else:
         sized = measured.at if measured else costs.from_size
     return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions)
-
-
-MODEL = [
-    "interruptions arrive as a Poisson process over paid time, restarts included",
-    "a notice stops training at the next step boundary for a final save as long as a save",
-    "a final save that does not fit the notice is lost with the node, and so is the work "
-    "since the last durable checkpoint, as on a failure",
-    "a save blocks training for its snapshot and is durable save_s after it started",
-    "the interval counts from the checkpoint a restart resumed from",
-    "every interruption of any node stops the whole job; paid time is the job's wall time "
-    "on all its nodes",
-    "on-demand runs the same job with the same failures and no spot notices, at its own interval",
-    "long-run averages: the job spans many intervals and interruptions",
-]
 
 
 def _size_assumptions() -> dict:
@@ -214,8 +215,6 @@ def _interruption_rate(i: Inputs) -> tuple[float, str]:
 def _prices(i: Inputs) -> tuple[float, float, str]:
     if i.spot_price is not None:
         return i.spot_price, i.on_demand_price, "--spot-price, --on-demand-price"
-    from spotctl.drill.config import Prices
-
     return Prices.spot, Prices.on_demand, "the drill's defaults: AWS g5.xlarge, us-east-1"
 
 

@@ -119,7 +119,7 @@ def tables(result: dict) -> list:
 
     a = result["assumptions"]
     plan = Table(
-        title=f"Checkpoint plan: {a['state_gb']:g} GB on {a['nodes']} node(s), {a['cloud']}, "
+        title=f"Plan: {a['state_gb']:g} GB on {a['nodes']} node(s), {a['cloud']}, "
         f"{a['interruptions_per_node_hour']:.3g} interruptions per node-hour",
         show_header=False,
     )
@@ -191,7 +191,13 @@ def chart(s: Scenario, result: dict, path: Path) -> None:
     ax.set_ylim(0, max(1.5, 3 * result["expected_time_ratio"]))
     ax.axvline(chosen, color="black", linestyle="--", label=f"planned interval {chosen:.0f} s")
     if job.upload_s > low:
-        ax.axvspan(low, job.upload_s, color="grey", alpha=0.15, label="shorter than an upload: saves overlap")
+        ax.axvspan(
+            low,
+            job.upload_s,
+            color="grey",
+            alpha=0.15,
+            label="shorter than an upload: saves overlap",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("checkpoint interval (s of training)")
     ax.set_ylabel("ratio against on-demand")
