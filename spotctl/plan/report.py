@@ -40,9 +40,10 @@ def build(s: Scenario) -> dict:
     on_demand_goodput = planned_goodput(on_demand(job))
     badput = 1 - spot.goodput
     largest = max(spot.badput, key=spot.badput.get)
+    steps = max(1, round(chosen / job.step_s))
     return {
         "interval_s": chosen,
-        "interval_steps": max(1, round(chosen / job.step_s)),
+        "interval_steps": steps,
         "young_daly_interval_s": _finite(young_daly_s(job.blocked_s, job.loss_rate)),
         "min_interval_s": job.upload_s,
         "expected_goodput": spot.goodput,
@@ -58,7 +59,7 @@ def build(s: Scenario) -> dict:
         "final_save_fits": job.final_save_fits,
         "final_save_s": job.save_s,
         "notice_s": job.notice_s,
-        "final_save_advice": [] if job.final_save_fits else advice(s, chosen),
+        "final_save_advice": [] if job.final_save_fits else advice(s, chosen, steps),
         "badput_goal": BADPUT_GOAL,
         "badput_goal_met": badput <= BADPUT_GOAL,
         "limited_by": None
@@ -73,7 +74,7 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def advice(s: Scenario, chosen_s: float) -> list[str]:
+def advice(s: Scenario, chosen_s: float, steps: int) -> list[str]:
     """What makes a final save fit the notice, or bounds the loss when it does not."""
     job = s.job
     lines = []
@@ -101,7 +102,7 @@ def advice(s: Scenario, chosen_s: float) -> list[str]:
     )
     lines.append(
         f"shorten the interval: each notice now loses the work since the last durable "
-        f"checkpoint; save every {chosen_s:.0f} s ({max(1, round(chosen_s / job.step_s))} steps)"
+        f"checkpoint; save every {chosen_s:.0f} s ({steps} steps)"
     )
     return lines
 
