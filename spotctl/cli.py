@@ -2,10 +2,10 @@
 
 import typer
 
-from spotctl import drill, preview, render
+from spotctl import drill, plan, preview, render
 
 app = typer.Typer(
-    help="Operate the spot training blueprint: preview, render, drill.",
+    help="Operate the spot training blueprint: preview, render, drill, plan.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -20,3 +20,4 @@ def main() -> None:
 app.command("preview")(preview.command)
 app.command("render")(render.command)
 app.command("drill")(drill.command)
+app.command("plan")(plan.command)

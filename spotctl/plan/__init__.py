@@ -1,0 +1,317 @@
+"""`spotctl plan`: the checkpoint interval, goodput and cost of a training job on spot nodes.
+
+From a state size (or measured save and restore costs), an interruption rate, the cloud's notice,
+the step time, the prices and the job's length it plans the checkpoint interval and says what
+spot costs against on-demand. The model is in `spotctl.plan.model`, the costs in
+`spotctl.plan.costs`, the report in `spotctl.plan.report`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from components.config import NOTICE_SECONDS
+from spotctl.drill.config import Prices
+from spotctl.plan import costs
+from spotctl.plan.model import HOUR_S, SpotJob, planned_goodput
+
+# AWS Spot Instance Advisor's "frequency of interruption": the share of a type's capacity
+# reclaimed over the trailing month. Each band is taken at its upper edge; ">20%" has none.
+BANDS = {"<5%": 0.05, "5-10%": 0.10, "10-15%": 0.15, "15-20%": 0.20, ">20%": 0.50}
+HOURS_PER_MONTH = 730.0
+# Llama 3 (Dubey et al., 2024, section 3.3.4): 419 unexpected interruptions in 54 days on
+# 16,384 H100 GPUs, 2,048 nodes of 8; none came with a notice.
+FAILURES_PER_NODE_HOUR = 419 / (54 * 24 * 2048)
+# Below this the plan's figures stop meaning anything: the job does not finish.
+MIN_GOODPUT = 1e-6
+NOTICE_SOURCES = {
+    "aws": "EC2 spot interruption notice, two minutes",
+    "gcp": "GKE graceful node shutdown: 30 s, 15 s of it for user pods by default",
+}
+
+
+MODEL = [
+    "interruptions arrive as a Poisson process over paid time, restarts included",
+    "a notice stops training at the next step boundary for a final save as long as a save",
+    "a final save that does not fit the notice is lost with the node, and so is the work "
+    "since the last durable checkpoint, as on a failure",
+    "a save blocks training for its snapshot and is durable save_s after it started",
+    "the interval counts from the checkpoint a restart resumed from",
+    "every interruption of any node stops the whole job; paid time is the job's wall time "
+    "on all its nodes",
+    "on-demand runs the same job with the same failures and no spot notices, at its own interval",
+    "long-run averages: the job spans many intervals and interruptions",
+]
+
+
+class PlanError(ValueError):
+    """Bad input; the message names the option."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    cloud: str
+    step_s: float
+    job_hours: float
+    state_gb: float | None = None
+    interruptions_per_hour: float | None = None
+    interruption_band: str | None = None
+    failures_per_hour: float = FAILURES_PER_NODE_HOUR
+    nodes: int = 1
+    notice_s: float | None = None
+    spot_price: float | None = None
+    on_demand_price: float | None = None
+    from_bench: Path | None = None
+    checkpoint_s: float | None = None
+    save_s: float | None = None
+    restart_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The job the model plans, and what it rests on."""
+
+    job: SpotJob
+    price_ratio: float
+    state_gb: float
+    nodes: int
+    sized: Callable[[float], costs.Costs] | None
+    """A node's costs for a shard of so many GB; None where they do not follow the size (a
+    drill's measured save, or --save-s)."""
+    assumptions: dict
+
+
+def scenario(i: Inputs) -> Scenario:
+    """Check the inputs and turn them into the model's job; PlanError names a bad option."""
+    _check(i)
+    measured = costs.read(i.from_bench) if i.from_bench else None
+    state_gb = i.state_gb or (measured.state_gb if measured else None)
+    if state_gb is None:
+        raise PlanError("--state-gb is required" + (" with a drill report" if measured else ""))
+    shard_gb = state_gb / i.nodes
+    base = measured.at(shard_gb) if measured else costs.from_size(shard_gb)
+    blocked = i.checkpoint_s if i.checkpoint_s is not None else base.blocked_s
+    save = i.save_s if i.save_s is not None else blocked + base.save_s - base.blocked_s
+    if save < blocked:
+        raise PlanError(f"--save-s ({save:g} s) must be at least the blocking part ({blocked:g} s)")
+    restart = i.restart_s if i.restart_s is not None else base.restart_s
+    rate, rate_source = _interruption_rate(i)
+    notice_s = i.notice_s if i.notice_s is not None else NOTICE_SECONDS[i.cloud]
+    job = SpotJob(
+        work_s=i.job_hours * HOUR_S,
+        notice_rate=i.nodes * rate / HOUR_S,
+        failure_rate=i.nodes * i.failures_per_hour / HOUR_S,
+        notice_s=notice_s,
+        step_s=i.step_s,
+        blocked_s=blocked,
+        save_s=save,
+        restart_s=restart,
+    )
+    if planned_goodput(job) < MIN_GOODPUT:
+        raise PlanError(
+            "--interruptions-per-hour, --failures-per-hour: at these rates the job would take "
+            "over a million times its on-demand time"
+        )
+    spot, on_demand, price_source = _prices(i)
+    assumptions = {
+        "cloud": i.cloud,
+        "notice_s": notice_s,
+        "notice_source": "--notice-s" if i.notice_s is not None else NOTICE_SOURCES[i.cloud],
+        "step_s": i.step_s,
+        "job_hours": i.job_hours,
+        "nodes": i.nodes,
+        "state_gb": state_gb,
+        "shard_gb": shard_gb,
+        "interruptions_per_node_hour": rate,
+        "interruption_rate_source": rate_source,
+        "failures_per_node_hour": i.failures_per_hour,
+        "failure_rate_source": "--failures-per-hour"
+        if i.failures_per_hour != FAILURES_PER_NODE_HOUR
+        else "Llama 3 (2024): 419 unexpected interruptions in 54 days on 2,048 nodes",
+        "blocked_s": blocked,
+        "save_s": save,
+        "restore_s": base.restore_s,
+        "restart_s": restart,
+        "overrides": [
+            name
+            for name, value in (
+                ("--checkpoint-s", i.checkpoint_s),
+                ("--save-s", i.save_s),
+                ("--restart-s", i.restart_s),
+            )
+            if value is not None
+        ],
+        **(measured.assumptions() if measured else _size_assumptions()),
+        "spot_price": spot,
+        "on_demand_price": on_demand,
+        "price_source": price_source,
+        "model": MODEL,
+    }
+    if i.save_s is not None or (measured and measured.kind == "drill"):
+        sized = None
+    else:
+        sized = measured.at if measured else costs.from_size
+    return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions)
+
+
+def _size_assumptions() -> dict:
+    return {"costs_from": "state size at assumed speeds", **costs.SIZE_ASSUMPTIONS}
+
+
+def _check(i: Inputs) -> None:
+    positive = {
+        "--step-s": i.step_s,
+        "--job-hours": i.job_hours,
+        "--state-gb": i.state_gb,
+        "--notice-s": i.notice_s,
+        "--on-demand-price": i.on_demand_price,
+        "--checkpoint-s": i.checkpoint_s,
+        "--save-s": i.save_s,
+    }
+    non_negative = {
+        "--interruptions-per-hour": i.interruptions_per_hour,
+        "--failures-per-hour": i.failures_per_hour,
+        "--spot-price": i.spot_price,
+        "--restart-s": i.restart_s,
+    }
+    for name, value in positive.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise PlanError(f"{name} must be a positive number, not {value:g}")
+    for name, value in non_negative.items():
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise PlanError(f"{name} must be zero or more, not {value:g}")
+    if i.cloud not in NOTICE_SECONDS:
+        raise PlanError(f"--cloud must be one of {', '.join(NOTICE_SECONDS)}, not {i.cloud!r}")
+    if i.nodes < 1:
+        raise PlanError(f"--nodes must be at least 1, not {i.nodes}")
+    if (i.interruptions_per_hour is None) == (i.interruption_band is None):
+        raise PlanError("give one of --interruptions-per-hour and --interruption-band")
+    if i.interruption_band is not None and i.interruption_band not in BANDS:
+        raise PlanError(
+            f"--interruption-band must be one of {', '.join(BANDS)}, not {i.interruption_band!r}"
+        )
+    if (i.spot_price is None) != (i.on_demand_price is None):
+        raise PlanError("--spot-price and --on-demand-price go together")
+
+
+def _interruption_rate(i: Inputs) -> tuple[float, str]:
+    if i.interruption_band is None:
+        return i.interruptions_per_hour, "--interruptions-per-hour"
+    share = BANDS[i.interruption_band]
+    rate = -math.log1p(-share) / HOURS_PER_MONTH
+    return rate, (
+        f"--interruption-band {i.interruption_band}: {share:.0%} of nodes interrupted in a "
+        f"month of {HOURS_PER_MONTH:g} h, -ln(1 - {share:g}) / {HOURS_PER_MONTH:g}"
+        + (" (the band is open; 50 % assumed)" if i.interruption_band == ">20%" else "")
+    )
+
+
+def _prices(i: Inputs) -> tuple[float, float, str]:
+    if i.spot_price is not None:
+        return i.spot_price, i.on_demand_price, "--spot-price, --on-demand-price"
+    return Prices.spot, Prices.on_demand, "the drill's defaults: AWS g5.xlarge, us-east-1"
+
+
+def command(
+    cloud: Annotated[str, typer.Option(help="aws or gcp: sets the notice a pod gets.")],
+    step_s: Annotated[float, typer.Option(help="Seconds per training step.")],
+    job_hours: Annotated[
+        float, typer.Option(help="Hours of training the job needs with no interruption.")
+    ],
+    state_gb: Annotated[
+        float | None,
+        typer.Option(help="Checkpointed state in GB (model, optimizer, ...), over all nodes."),
+    ] = None,
+    interruptions_per_hour: Annotated[
+        float | None, typer.Option(help="Spot interruptions (with notice) per node-hour.")
+    ] = None,
+    interruption_band: Annotated[
+        str | None,
+        typer.Option(help=f"Instead: AWS Spot Instance Advisor band, {', '.join(BANDS)}."),
+    ] = None,
+    failures_per_hour: Annotated[
+        float, typer.Option(help="Failures without a notice per node-hour.")
+    ] = FAILURES_PER_NODE_HOUR,
+    nodes: Annotated[
+        int, typer.Option(help="Nodes the job runs on; each saves its shard of the state.")
+    ] = 1,
+    notice_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a pod gets from the notice (default: the cloud's; 30 s is "
+            "Kubernetes's default grace period)."
+        ),
+    ] = None,
+    spot_price: Annotated[float | None, typer.Option(help="USD per spot node-hour.")] = None,
+    on_demand_price: Annotated[
+        float | None, typer.Option(help="USD per on-demand node-hour.")
+    ] = None,
+    from_bench: Annotated[
+        Path | None,
+        typer.Option(
+            help="Measured costs: `python -m spotsafe.bench --json` output, or a "
+            "`spotctl drill --json` report."
+        ),
+    ] = None,
+    checkpoint_s: Annotated[
+        float | None, typer.Option(help="Seconds a save blocks training (its snapshot).")
+    ] = None,
+    save_s: Annotated[
+        float | None, typer.Option(help="Seconds from a save's start until it is durable.")
+    ] = None,
+    restart_s: Annotated[
+        float | None,
+        typer.Option(help="Seconds from an interruption to training again: node, pod, restore."),
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the plan as JSON here.")
+    ] = None,
+    png: Annotated[
+        Path | None, typer.Option(help="Chart cost and time against the interval.")
+    ] = None,
+) -> None:
+    """Plan the checkpoint interval and the cost of a training job on spot nodes."""
+    import json
+
+    from rich.console import Console
+
+    from spotctl.plan import report
+
+    inputs = Inputs(
+        cloud=cloud,
+        step_s=step_s,
+        job_hours=job_hours,
+        state_gb=state_gb,
+        interruptions_per_hour=interruptions_per_hour,
+        interruption_band=interruption_band,
+        failures_per_hour=failures_per_hour,
+        nodes=nodes,
+        notice_s=notice_s,
+        spot_price=spot_price,
+        on_demand_price=on_demand_price,
+        from_bench=from_bench,
+        checkpoint_s=checkpoint_s,
+        save_s=save_s,
+        restart_s=restart_s,
+    )
+    try:
+        planned = scenario(inputs)
+    except (PlanError, costs.CostError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    result = report.build(planned)
+    console = Console()
+    for part in report.tables(result):
+        console.print(part)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    if png:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        report.chart(planned, result, png)

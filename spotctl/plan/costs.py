@@ -1,0 +1,163 @@
+"""What a save, a restore and a restart cost a node: from the state size at assumed speeds, from
+the checkpoint benchmark's figures (`python -m spotsafe.bench --json`), or from a drill report
+(`spotctl drill --json`)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+# Per node. Measure yours with the benchmark and pass it with --from-bench.
+STAGE_GB_PER_S = 10.0
+"""Snapshot into pinned host memory, the blocking part of an async save (PCIe 4.0 x16 peaks
+near 25 GB/s)."""
+UPLOAD_GB_PER_S = 1.0
+"""Multipart upload to S3 or GCS from one node (8 Gbit/s)."""
+DOWNLOAD_GB_PER_S = 2.0
+"""Ranged parallel download from S3 or GCS to one node (16 Gbit/s)."""
+NODE_START_S = 180.0
+"""From an interruption to the pod running on a new GPU node: provisioning, boot, image pull,
+Python and framework imports. The restore comes on top."""
+GB = 1e9
+
+
+class CostError(ValueError):
+    """A cost source that cannot be read; the message names the file or field."""
+
+
+@dataclass(frozen=True)
+class Costs:
+    blocked_s: float
+    save_s: float
+    restore_s: float | None
+    """None where a measured restart includes it."""
+    restart_s: float
+
+
+def from_size(shard_gb: float) -> Costs:
+    blocked = shard_gb / STAGE_GB_PER_S
+    restore = shard_gb / DOWNLOAD_GB_PER_S
+    return Costs(blocked, blocked + shard_gb / UPLOAD_GB_PER_S, restore, NODE_START_S + restore)
+
+
+SIZE_ASSUMPTIONS = {
+    "stage_gb_per_s": STAGE_GB_PER_S,
+    "upload_gb_per_s": UPLOAD_GB_PER_S,
+    "download_gb_per_s": DOWNLOAD_GB_PER_S,
+    "node_start_s": NODE_START_S,
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Costs read from a file; `at(shard_gb)` gives them for a node's shard of that size."""
+
+    kind: str
+    """bench or drill."""
+    points: tuple[tuple[float, float, float, float], ...] = ()
+    """bench: (GB, blocked_s, save_s, restore_s), by size."""
+    state_gb: float | None = None
+    """bench: the size of its top-level figures."""
+    drill: Costs | None = None
+    """drill: the median final save and restart it measured."""
+
+    def at(self, shard_gb: float) -> Costs:
+        if self.drill is not None:
+            blocked = from_size(shard_gb).blocked_s
+            return Costs(blocked, max(self.drill.save_s, blocked), None, self.drill.restart_s)
+        blocked, save, restore = (
+            _interpolate([(p[0], p[column]) for p in self.points], shard_gb) for column in (1, 2, 3)
+        )
+        return Costs(blocked, save, restore, NODE_START_S + restore)
+
+    def assumptions(self) -> dict:
+        if self.kind == "drill":
+            return {
+                "costs_from": "drill report: the median final save (notice to durable) and "
+                "restart (durable to the first step after resume) of its noticed preemptions; "
+                "the blocking part from the state size",
+                "stage_gb_per_s": STAGE_GB_PER_S,
+            }
+        return {
+            "costs_from": "benchmark: linear in state size between its measured sizes, "
+            "proportional to the nearest one outside them",
+            "measured_state_gb": [p[0] for p in self.points],
+            "node_start_s": NODE_START_S,
+        }
+
+
+def _interpolate(points: list[tuple[float, float]], gb: float) -> float:
+    (low_gb, low), (high_gb, high) = points[0], points[-1]
+    if gb <= low_gb:
+        return low * gb / low_gb
+    if gb >= high_gb:
+        return high * gb / high_gb
+    (gb0, v0), (gb1, v1) = next(
+        (a, b) for a, b in zip(points, points[1:], strict=False) if b[0] > gb
+    )
+    return v0 + (gb - gb0) / (gb1 - gb0) * (v1 - v0)
+
+
+def read(path: Path) -> Measured:
+    """A benchmark's JSON line (alone, or last in its full output) or a drill report."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise CostError(f"--from-bench {path}: {e.strerror}") from None
+    doc = _json_object(text)
+    if doc is None:
+        raise CostError(f"--from-bench {path}: no JSON object in it")
+    if "interruptions" in doc:
+        return _from_drill(doc, path)
+    if "save_s" in doc:
+        return _from_bench(doc, path)
+    raise CostError(f"--from-bench {path}: neither a benchmark's JSON nor a drill report")
+
+
+def _json_object(text: str) -> dict | None:
+    for candidate in (text, *reversed(text.strip().splitlines())):
+        try:
+            doc = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+def _from_bench(doc: dict, path: Path) -> Measured:
+    rows = [("", doc)] + [(f"sweep[{i}].", row) for i, row in enumerate(doc.get("sweep", []))]
+    points: dict[float, tuple[float, float, float]] = {}
+    for where, row in rows:
+        values = {}
+        for key in ("state_bytes", "blocked_s", "save_s", "restore_s"):
+            value = row.get(key)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise CostError(f"--from-bench {path}: {where}{key} must be a positive number")
+            values[key] = float(value)
+        if values["save_s"] < values["blocked_s"]:
+            raise CostError(f"--from-bench {path}: {where}save_s is less than its blocked_s")
+        gb = values["state_bytes"] / GB
+        points[gb] = (values["blocked_s"], values["save_s"], values["restore_s"])
+    ordered = tuple((gb, *costs) for gb, costs in sorted(points.items()))
+    return Measured("bench", ordered, state_gb=doc["state_bytes"] / GB)
+
+
+def _from_drill(doc: dict, path: Path) -> Measured:
+    noticed = [
+        i
+        for i in doc.get("interruptions", [])
+        if i.get("kind") == "notice"
+        and i.get("notice_to_durable_s") is not None
+        and i.get("notice_to_resume_s") is not None
+    ]
+    if not noticed:
+        raise CostError(
+            f"--from-bench {path}: the drill report has no noticed preemption with a durable "
+            "final save and a resume"
+        )
+    save = statistics.median(i["notice_to_durable_s"] for i in noticed)
+    restart = statistics.median(i["notice_to_resume_s"] - i["notice_to_durable_s"] for i in noticed)
+    return Measured("drill", drill=Costs(0.0, save, None, restart))

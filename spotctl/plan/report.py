@@ -1,0 +1,212 @@
+"""The plan: its JSON, the tables the command prints, and the chart of cost and time against the
+checkpoint interval."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spotctl.plan.model import (
+    HOUR_S,
+    breakeven_notice_rate,
+    cost_ratio,
+    expected,
+    interval_s,
+    on_demand,
+    planned_goodput,
+    young_daly_s,
+)
+
+if TYPE_CHECKING:
+    from spotctl.plan import Scenario
+
+BADPUT_GOAL = 0.06  # the seed's target: idle 34 % -> 6 %
+# The inputs that set each cause of badput, named for a plan that misses the goal.
+CAUSE_INPUTS = {
+    "blocking_saves": "the snapshot each save blocks for (--checkpoint-s, --state-gb)",
+    "lost_work": "failures without a notice (--failures-per-hour) and final saves that do not "
+    "fit the notice (--save-s, --notice-s)",
+    "final_saves": "the final save every notice waits for (--save-s, --state-gb)",
+    "restarts": "the restart after each interruption (--restart-s) at the interruption rate",
+}
+MAX_SHARDS = 1024
+
+
+def build(s: Scenario) -> dict:
+    job = s.job
+    chosen = interval_s(job)
+    spot = expected(job, chosen)
+    on_demand_goodput = planned_goodput(on_demand(job))
+    badput = 1 - spot.goodput
+    largest = max(spot.badput, key=spot.badput.get)
+    steps = max(1, round(chosen / job.step_s))
+    return {
+        "interval_s": chosen,
+        "interval_steps": steps,
+        "young_daly_interval_s": _finite(young_daly_s(job.blocked_s, job.loss_rate)),
+        "min_interval_s": job.upload_s,
+        "expected_goodput": spot.goodput,
+        "expected_badput": badput,
+        "badput_by_cause": spot.badput,
+        "expected_hours": job.work_s / spot.goodput / HOUR_S,
+        "on_demand_hours": job.work_s / on_demand_goodput / HOUR_S,
+        "expected_time_ratio": on_demand_goodput / spot.goodput,
+        "expected_cost_ratio": cost_ratio(job, s.price_ratio),
+        "breakeven_interruptions_per_hour": breakeven_notice_rate(job, s.price_ratio)
+        * HOUR_S
+        / s.nodes,
+        "final_save_fits": job.final_save_fits,
+        "final_save_s": job.save_s,
+        "notice_s": job.notice_s,
+        "final_save_advice": [] if job.final_save_fits else advice(s, chosen, steps),
+        "badput_goal": BADPUT_GOAL,
+        "badput_goal_met": badput <= BADPUT_GOAL,
+        "limited_by": None
+        if badput <= BADPUT_GOAL
+        else f"{largest.replace('_', ' ')} ({spot.badput[largest]:.1%} of paid time): "
+        + CAUSE_INPUTS[largest],
+        "assumptions": s.assumptions,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def advice(s: Scenario, chosen_s: float, steps: int) -> list[str]:
+    """What makes a final save fit the notice, or bounds the loss when it does not."""
+    job = s.job
+    lines = []
+    if s.sized is not None:
+        shards = next(
+            (
+                n
+                for n in range(s.nodes + 1, MAX_SHARDS + 1)
+                if job.step_s + _save_s(s, s.state_gb / n) <= job.notice_s
+            ),
+            None,
+        )
+        if shards is not None:
+            lines.append(
+                f"shard: a sharded save over {shards} nodes writes {s.state_gb / shards:.3g} GB "
+                f"each in {_save_s(s, s.state_gb / shards):.0f} s, within the notice"
+            )
+    room = job.notice_s - job.step_s - job.blocked_s
+    shard_gb = s.state_gb / s.nodes
+    lines.append(
+        f"stage locally: the final save fits at {shard_gb / room:.3g} GB/s per node or faster, to "
+        "a volume that outlives the node (node-local /scratch goes with it)"
+        if room > 0
+        else "stage locally cannot help: the last step and the snapshot alone outlast the notice"
+    )
+    lines.append(
+        f"shorten the interval: each notice now loses the work since the last durable "
+        f"checkpoint; save every {chosen_s:.0f} s ({steps} steps)"
+    )
+    return lines
+
+
+def _save_s(s: Scenario, shard_gb: float) -> float:
+    """A save of a shard of `shard_gb`: the source's upload, and the plan's snapshot scaled."""
+    at = s.sized(shard_gb)
+    return at.save_s - at.blocked_s + s.job.blocked_s * shard_gb * s.nodes / s.state_gb
+
+
+def tables(result: dict) -> list:
+    """The plan as a table, then how it was reached and, when the final save does not fit,
+    what to do."""
+    from rich.table import Table
+
+    a = result["assumptions"]
+    plan = Table(
+        title=f"Plan: {a['state_gb']:g} GB on {a['nodes']} node(s), {a['cloud']}, "
+        f"{a['interruptions_per_node_hour']:.3g} interruptions per node-hour",
+        show_header=False,
+    )
+    plan.add_column("measure")
+    plan.add_column("value")
+    goal_met = "met" if result["badput_goal_met"] else "MISSED"
+    rows = [
+        (
+            "checkpoint interval",
+            f"{result['interval_s']:.0f} s (--every-steps {result['interval_steps']})",
+        ),
+        ("expected goodput", f"{result['expected_goodput']:.1%}"),
+        (
+            "time to finish",
+            f"{result['expected_hours']:.1f} h, x{result['expected_time_ratio']:.3f} on-demand",
+        ),
+        ("cost", f"x{result['expected_cost_ratio']:.3f} on-demand"),
+        (
+            "on-demand cheaper above",
+            f"{result['breakeven_interruptions_per_hour']:.3g} interruptions per node-hour",
+        ),
+        (
+            "final save",
+            f"{a['step_s'] + result['final_save_s']:.3g} s of a {result['notice_s']:g} s "
+            "notice: " + ("fits" if result["final_save_fits"] else "DOES NOT FIT"),
+        ),
+        (f"badput <= {result['badput_goal']:.0%}", f"{result['expected_badput']:.1%}: {goal_met}"),
+    ]
+    for row in rows:
+        plan.add_row(*row)
+    yd = result["young_daly_interval_s"]
+    badput = ", ".join(
+        f"{cause.replace('_', ' ')} {share:.2%}"
+        for cause, share in sorted(result["badput_by_cause"].items(), key=lambda kv: -kv[1])
+    )
+    notes = [
+        f"Interval: Young/Daly {'(no loss expected)' if yd is None else f'{yd:.0f} s'} on a "
+        f"{a['blocked_s']:.3g} s blocking save, never under the {result['min_interval_s']:.3g} s "
+        "upload, never over the job.",
+        f"Badput: {badput}.",
+    ]
+    if result["limited_by"]:
+        notes.append(f"The badput goal is missed; the largest cause is {result['limited_by']}.")
+    if result["final_save_advice"]:
+        notes.append("The final save does not fit the notice:")
+        notes += [f"  - {line}" for line in result["final_save_advice"]]
+    return [plan, *notes]
+
+
+def chart(s: Scenario, result: dict, path: Path) -> None:
+    """Cost and time against on-demand over checkpoint intervals around the plan's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    job, chosen = s.job, result["interval_s"]
+    low = max(job.step_s, chosen / 30)
+    high = max(min(job.work_s, chosen * 30), low * 10)
+    intervals = np.geomspace(low, high, 200)
+    on_demand_goodput = planned_goodput(on_demand(job))
+    time_ratio = [on_demand_goodput / expected(job, t).goodput for t in intervals]
+    cost = [s.price_ratio * r for r in time_ratio]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(intervals, time_ratio, label="time to finish / on-demand")
+    ax.plot(intervals, cost, label="cost / on-demand")
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_ylim(0, max(1.5, 3 * result["expected_time_ratio"]))
+    ax.axvline(chosen, color="black", linestyle="--", label=f"planned interval {chosen:.0f} s")
+    if job.upload_s > low:
+        ax.axvspan(
+            low,
+            job.upload_s,
+            color="grey",
+            alpha=0.15,
+            label="shorter than an upload: saves overlap",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("checkpoint interval (s of training)")
+    ax.set_ylabel("ratio against on-demand")
+    ax.set_title(
+        f"{s.state_gb:g} GB, {result['assumptions']['interruptions_per_node_hour']:.3g} "
+        f"interruptions per node-hour, {result['notice_s']:g} s notice"
+    )
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,241 @@
+"""`spotctl plan` as users call it: the JSON contract, the goal figure, the cost sources, and
+bad input named in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spotctl.cli import app
+from spotctl.drill.jobs import Interruption
+
+AWS_100GB = [
+    "--cloud", "aws", "--state-gb", "100", "--interruptions-per-hour", "0.05",
+    "--step-s", "1", "--job-hours", "24",
+]  # fmt: skip
+CONTRACT = {
+    "interval_s",
+    "expected_goodput",
+    "expected_time_ratio",
+    "expected_cost_ratio",
+    "breakeven_interruptions_per_hour",
+    "final_save_fits",
+    "assumptions",
+}
+
+
+def plan(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(app, ["plan", *args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+def test_the_json_keeps_the_contract_and_states_every_input(tmp_path: Path) -> None:
+    png = tmp_path / "plan.png"
+    report = plan(tmp_path, *AWS_100GB, "--png", str(png))
+    assert report.keys() >= CONTRACT
+    a = report["assumptions"]
+    assert a["state_gb"] == 100 and a["step_s"] == 1 and a["job_hours"] == 24
+    assert a["interruptions_per_node_hour"] == 0.05 and a["cloud"] == "aws"
+    assert a["notice_s"] == 120
+    # From the state size at the stated speeds: 10 s snapshot, 100 s upload, 50 s restore.
+    assert (a["blocked_s"], a["save_s"], a["restore_s"]) == (10, 110, 50)
+    assert a["restart_s"] == a["node_start_s"] + a["restore_s"]
+    for constant in ("stage_gb_per_s", "upload_gb_per_s", "download_gb_per_s", "node_start_s"):
+        assert a[constant] > 0
+    assert a["failures_per_node_hour"] == pytest.approx(419 / (54 * 24 * 2048))
+    assert a["spot_price"] < a["on_demand_price"] and a["price_source"]
+    assert a["model"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_100gb_state_at_5_percent_per_hour_on_aws_meets_the_badput_goal(tmp_path: Path) -> None:
+    report = plan(tmp_path, *AWS_100GB)
+    assert report["final_save_fits"] and report["final_save_advice"] == []
+    assert report["expected_badput"] <= 0.06 and report["badput_goal_met"]
+    assert report["limited_by"] is None
+    assert report["expected_goodput"] + sum(report["badput_by_cause"].values()) == pytest.approx(1)
+    # The notice keeps the work: only failures without one lose any, so saves are hours apart.
+    assert report["interval_s"] > 3 * 3600
+    assert report["interval_steps"] == round(report["interval_s"])
+    a = report["assumptions"]
+    price_ratio = a["spot_price"] / a["on_demand_price"]
+    assert report["expected_cost_ratio"] == pytest.approx(
+        price_ratio * report["expected_time_ratio"]
+    )
+    assert report["expected_hours"] == pytest.approx(
+        report["on_demand_hours"] * report["expected_time_ratio"]
+    )
+    assert 1 < report["breakeven_interruptions_per_hour"] < 100
+
+
+def test_a_save_longer_than_gkes_notice_says_what_to_do(tmp_path: Path) -> None:
+    report = plan(
+        tmp_path, "--cloud", "gcp", "--state-gb", "100", "--interruptions-per-hour", "0.5",
+        "--step-s", "1", "--job-hours", "24",
+    )  # fmt: skip
+    assert report["assumptions"]["notice_s"] == 15 and not report["final_save_fits"]
+    advice = report["final_save_advice"]
+    assert [line.split(":")[0] for line in advice] == [
+        "shard",
+        "stage locally",
+        "shorten the interval",
+    ]
+    # 100 GB over 8 nodes: 1.25 s of snapshot and 12.5 s of upload, plus the 1 s step, in 15 s.
+    assert "over 8 nodes" in advice[0]
+    # Each notice loses work now, so the interval is minutes, not hours.
+    assert report["interval_s"] < 1800
+    assert not report["badput_goal_met"]
+    assert (
+        report["limited_by"].startswith("lost work")
+        and "--failures-per-hour" in report["limited_by"]
+    )
+
+
+def test_the_save_fits_when_the_nodes_shard_it(tmp_path: Path) -> None:
+    report = plan(
+        tmp_path, "--cloud", "gcp", "--state-gb", "100", "--interruptions-per-hour", "0.5",
+        "--step-s", "1", "--job-hours", "24", "--nodes", "8",
+    )  # fmt: skip
+    a = report["assumptions"]
+    assert a["shard_gb"] == 12.5 and report["final_save_fits"]
+    single = plan(
+        tmp_path, "--cloud", "gcp", "--state-gb", "12.5", "--interruptions-per-hour", "4",
+        "--failures-per-hour", str(8 * a["failures_per_node_hour"]), "--step-s", "1",
+        "--job-hours", "24",
+    )  # fmt: skip
+    # Eight nodes see eight times the interruptions of one; the rates are per node.
+    assert report["expected_goodput"] == pytest.approx(single["expected_goodput"])
+    assert report["breakeven_interruptions_per_hour"] == pytest.approx(
+        single["breakeven_interruptions_per_hour"] / 8
+    )
+
+
+def test_an_advisor_band_maps_to_a_stated_rate(tmp_path: Path) -> None:
+    report = plan(
+        tmp_path, "--cloud", "aws", "--state-gb", "10", "--interruption-band", "<5%",
+        "--step-s", "1", "--job-hours", "24",
+    )  # fmt: skip
+    a = report["assumptions"]
+    assert a["interruptions_per_node_hour"] == pytest.approx(-math.log(0.95) / 730)
+    assert "<5%" in a["interruption_rate_source"] and "730" in a["interruption_rate_source"]
+
+
+def test_what_if_overrides_replace_the_derived_costs(tmp_path: Path) -> None:
+    base = plan(tmp_path, *AWS_100GB, "--failures-per-hour", "0.01")
+    what_if = plan(
+        tmp_path, *AWS_100GB, "--failures-per-hour", "0.01", "--checkpoint-s", "2.5",
+        "--restart-s", "900",
+    )  # fmt: skip
+    a = what_if["assumptions"]
+    assert (a["blocked_s"], a["restart_s"]) == (2.5, 900)
+    assert a["save_s"] == 2.5 + 100  # the upload stays; the blocking part is replaced
+    assert a["overrides"] == ["--checkpoint-s", "--restart-s"]
+    # Young/Daly: a quarter of the blocking cost, about half the interval.
+    assert what_if["interval_s"] / base["interval_s"] == pytest.approx(0.5, rel=0.02)
+    restarts = [r["badput_by_cause"]["restarts"] for r in (base, what_if)]
+    assert restarts[1] == pytest.approx(restarts[0] * 900 / 230, rel=0.02)
+
+
+def test_bench_sweep_is_interpolated_by_state_size(tmp_path: Path) -> None:
+    bench = {
+        "state_bytes": 100_000_000, "blocked_s": 0.02, "save_s": 1.0, "restore_s": 0.8,
+        "baseline_upload_s": 0.9,
+        "sweep": [
+            {"state_bytes": 100_000_000, "blocked_s": 0.02, "save_s": 1.0, "restore_s": 0.8},
+            {"state_bytes": 2_000_000_000, "blocked_s": 0.4, "save_s": 11.0, "restore_s": 6.0},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "bench.json"
+    path.write_text("state: 100.0 MB\n" + json.dumps(bench) + "\n")
+    common = ["--cloud", "aws", "--interruptions-per-hour", "1", "--step-s", "1",
+              "--job-hours", "10", "--from-bench", str(path)]  # fmt: skip
+    measured = plan(tmp_path, *common)["assumptions"]
+    assert measured["state_gb"] == 0.1 and measured["save_s"] == 1.0
+    assert measured["measured_state_gb"] == [0.1, 2.0]
+    halfway = plan(tmp_path, *common, "--state-gb", "1.05")["assumptions"]
+    assert halfway["save_s"] == pytest.approx(6.0)
+    assert halfway["blocked_s"] == pytest.approx(0.21)
+    assert halfway["restart_s"] == pytest.approx(halfway["node_start_s"] + 3.4)
+    beyond = plan(tmp_path, *common, "--state-gb", "20")["assumptions"]
+    assert beyond["save_s"] == pytest.approx(110.0)  # in proportion to the largest
+
+
+def test_a_drill_report_gives_final_save_and_restart(tmp_path: Path) -> None:
+    noticed = [
+        Interruption("job-1", "spot-1", "notice", "aws", at=10.0, reached_step=50,
+                     durable_at=10.0 + save, resumed_at=10.0 + save + restart, resumed_from=50)
+        for save, restart in ((0.8, 6.0), (1.2, 8.0), (1.0, 7.0))
+    ]  # fmt: skip
+    hard = Interruption("job-1", "spot-2", "hard", None, at=30.0, resumed_at=40.0)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"interruptions": [i.to_json() for i in [*noticed, hard]]}))
+    a = plan(
+        tmp_path, "--cloud", "aws", "--state-gb", "1", "--interruptions-per-hour", "1",
+        "--step-s", "1", "--job-hours", "10", "--from-bench", str(path),
+    )["assumptions"]  # fmt: skip
+    assert a["save_s"] == pytest.approx(1.0) and a["restart_s"] == pytest.approx(7.0)
+    assert a["blocked_s"] == pytest.approx(0.1)  # 1 GB at the stated staging speed
+    assert a["costs_from"].startswith("drill report")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--state-gb", "0", "--interruptions-per-hour", "1"], "--state-gb must be a positive"),
+        (["--state-gb", "1"], "give one of --interruptions-per-hour and --interruption-band"),
+        (["--state-gb", "1", "--interruptions-per-hour", "1", "--interruption-band", "<5%"],
+         "give one of --interruptions-per-hour and --interruption-band"),
+        (["--state-gb", "1", "--interruption-band", "7%"], "--interruption-band must be one of"),
+        (["--state-gb", "1", "--interruptions-per-hour", "-1"], "--interruptions-per-hour must"),
+        (["--state-gb", "1", "--interruptions-per-hour", "1", "--spot-price", "1"],
+         "--spot-price and --on-demand-price go together"),
+        (["--state-gb", "1", "--interruptions-per-hour", "1", "--checkpoint-s", "9",
+          "--save-s", "2"], "--save-s (2 s) must be at least the blocking part (9 s)"),
+        (["--state-gb", "1", "--interruptions-per-hour", "1", "--nodes", "0"], "--nodes must"),
+        (["--state-gb", "1", "--interruptions-per-hour", "1e6"],
+         "--interruptions-per-hour, --failures-per-hour:"),
+        (["--interruptions-per-hour", "1"], "--state-gb is required"),
+        (["--interruptions-per-hour", "1", "--from-bench", "missing.json"],
+         "--from-bench missing.json: No such file"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_named_in_one_line(args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("spotctl")), "plan", "--cloud", "aws",
+         "--step-s", "1", "--job-hours", "10", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert message in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("not json", "no JSON object in it"),
+        ('{"state_bytes": 1000}', "neither a benchmark's JSON nor a drill report"),
+        ('{"state_bytes": 1000, "save_s": 1, "blocked_s": 0.1}', "restore_s must be a positive"),
+        ('{"state_bytes": 1000, "save_s": 1, "blocked_s": 0.1, "restore_s": 1, '
+         '"sweep": [{"state_bytes": 5}]}', "sweep[0].blocked_s must be a positive"),
+        ('{"interruptions": [{"kind": "hard"}]}', "the drill report has no noticed preemption"),
+    ],
+)  # fmt: skip
+def test_a_file_it_cannot_read_is_named(tmp_path: Path, document: str, message: str) -> None:
+    path = tmp_path / "costs.json"
+    path.write_text(document)
+    result = CliRunner().invoke(
+        app,
+        ["plan", "--cloud", "aws", "--step-s", "1", "--job-hours", "10", "--state-gb", "1",
+         "--interruptions-per-hour", "1", "--from-bench", str(path)],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert f"--from-bench {path}: {message}" in result.stderr
