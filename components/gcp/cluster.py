@@ -12,12 +12,11 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.gcp.config import ExistingGkeCluster, NewGkeCluster
+from components.gcp.kms import ServiceKey, ServiceKeyArgs
 from components.gcp.network import PODS_RANGE, SERVICES_RANGE, Network, NetworkArgs
+from components.gcp.nodepools import locked_down_node
 from components.kubeconfig import exec_kubeconfig
 
-# The GKE service agent encrypts Secrets at rest with the cluster's key (envelope encryption).
-KEY_USER_ROLE = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
-KEY_ROTATION = "7776000s"  # 90 days
 # gke-gcloud-auth-plugin mints short-lived tokens from the caller's gcloud credentials.
 AUTH_PLUGIN = {
     "command": "gke-gcloud-auth-plugin",
@@ -88,29 +87,22 @@ class Cluster(pulumi.ComponentResource):
             NetworkArgs(project=args.project, region=args.region, addresses=create.network),
             opts=child,
         )
-        ring = gcp.kms.KeyRing(
-            f"{name}-keys", project=args.project, location=args.region, opts=child
-        )
-        key = gcp.kms.CryptoKey(
-            f"{name}-secrets",
-            key_ring=ring.id,
-            purpose="ENCRYPT_DECRYPT",
-            rotation_period=KEY_ROTATION,
-            labels=args.labels,
-            opts=pulumi.ResourceOptions(parent=self, protect=True),
-        )
         project = gcp.organizations.get_project_output(
             project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
         )
-        key_user = gcp.kms.CryptoKeyIAMMember(
-            f"{name}-secrets-gke-agent",
-            crypto_key_id=key.id,
-            role=KEY_USER_ROLE,
-            member=project.number.apply(
-                lambda number: (
-                    f"serviceAccount:service-{number}"
-                    "@container-engine-robot.iam.gserviceaccount.com"
-                )
+        # The GKE service agent encrypts Secrets at rest with this key (envelope encryption).
+        secrets_key = ServiceKey(
+            f"{name}-secrets",
+            ServiceKeyArgs(
+                project=args.project,
+                location=args.region,
+                agent_member=project.number.apply(
+                    lambda number: (
+                        f"serviceAccount:service-{number}"
+                        "@container-engine-robot.iam.gserviceaccount.com"
+                    )
+                ),
+                labels=args.labels,
             ),
             opts=child,
         )
@@ -128,15 +120,7 @@ class Cluster(pulumi.ComponentResource):
             # Pools are separate resources; the default one goes as soon as the cluster exists.
             remove_default_node_pool=True,
             initial_node_count=1,
-            node_config={
-                "service_account": args.node_service_account,
-                "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
-                "workload_metadata_config": {"mode": "GKE_METADATA"},
-                "shielded_instance_config": {
-                    "enable_secure_boot": True,
-                    "enable_integrity_monitoring": True,
-                },
-            },
+            node_config=locked_down_node(args.node_service_account),
             workload_identity_config={"workload_pool": self.workload_pool},
             # Dataplane V2 enforces NetworkPolicy itself (no Calico add-on).
             datapath_provider="ADVANCED_DATAPATH",
@@ -156,7 +140,7 @@ class Cluster(pulumi.ComponentResource):
                 ],
                 "gcp_public_cidrs_access_enabled": False,
             },
-            database_encryption={"state": "ENCRYPTED", "key_name": key.id},
+            database_encryption={"state": "ENCRYPTED", "key_name": secrets_key.id},
             authenticator_groups_config=(
                 {"security_group": create.rbac_security_group}
                 if create.rbac_security_group
@@ -173,7 +157,7 @@ class Cluster(pulumi.ComponentResource):
             cost_management_config={"enabled": True},
             resource_labels=args.labels,
             deletion_protection=True,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[key_user]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[secrets_key.grant]),
         )
         self.name, self.location = cluster.name, cluster.location
         self.endpoint = cluster.endpoint

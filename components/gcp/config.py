@@ -101,8 +101,8 @@ class GkeNetwork(Model):
     def _private_network(cls, value: str) -> str:
         try:
             network = ipaddress.IPv4Network(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IPv4 network like '10.10.0.0/20'") from None
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
         if not network.is_private:
             raise ValueError(f"{value!r} is not a private (RFC 1918) range")
         return value
@@ -137,8 +137,8 @@ class AuthorizedNetwork(Model):
     def _network(cls, value: str) -> str:
         try:
             ipaddress.IPv4Network(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IPv4 network like '203.0.113.0/24'") from None
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
         return value
 
 

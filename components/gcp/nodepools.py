@@ -20,6 +20,22 @@ from components.pools import PoolSpec
 GKE_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
 
 
+def locked_down_node(service_account: pulumi.Input[str]) -> dict:
+    """What every node runs with: its own service account (not the Compute Engine default, an
+    editor), shielded boot, and the GKE metadata server, so pods see Workload Identity and
+    never the node's account."""
+    return {
+        "service_account": service_account,
+        "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+        "workload_metadata_config": {"mode": "GKE_METADATA"},
+        "shielded_instance_config": {
+            "enable_secure_boot": True,
+            "enable_integrity_monitoring": True,
+        },
+        "metadata": {"disable-legacy-endpoints": "true"},
+    }
+
+
 @dataclass(frozen=True)
 class GkeNodePoolArgs:
     spec: PoolSpec  # sizes are per zone, as GKE counts them
@@ -40,8 +56,6 @@ class GkeNodePoolArgs:
             )
         if not self.zones:
             raise ValueError("GkeNodePoolArgs.zones: at least one zone")
-        if spec.capacity == "spot" and not spec.taints:
-            raise ValueError("GkeNodePoolArgs.spec.taints: a spot pool must be tainted")
         if self.shutdown is not None and spec.capacity != "spot":
             raise ValueError(
                 "GkeNodePoolArgs.shutdown: GKE sets the kubelet shutdown grace on Spot pools only"
@@ -65,21 +79,13 @@ class GkeNodePool(pulumi.ComponentResource):
             "spot": spot,
             "image_type": "COS_CONTAINERD",
             "boot_disk": {"size_gb": spec.disk_size_gib, "disk_type": "pd-balanced"},
-            "service_account": args.service_account,
-            "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
             "labels": spec.labels,
             "taints": [
                 {"key": t.key, "value": t.value, "effect": GKE_TAINT_EFFECT[t.effect]}
                 for t in spec.taints
             ],
             "resource_labels": args.labels,
-            # Pods see only the GKE metadata server: Workload Identity, never the node's account.
-            "workload_metadata_config": {"mode": "GKE_METADATA"},
-            "shielded_instance_config": {
-                "enable_secure_boot": True,
-                "enable_integrity_monitoring": True,
-            },
-            "metadata": {"disable-legacy-endpoints": "true"},
+            **locked_down_node(args.service_account),
         }
         if args.shutdown is not None:
             node_config["kubelet_config"] = {

@@ -12,9 +12,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.gcp.config import gcs_bucket_name_problem
-
-KEY_USER_ROLE = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
-DAY_SECONDS = 86400
+from components.gcp.kms import DAY_SECONDS, ServiceKey, ServiceKeyArgs
 
 
 @dataclass(frozen=True)
@@ -30,7 +28,7 @@ class CheckpointBucketArgs:
     labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for attr in ("noncurrent_version_days", "abort_multipart_days", "key_rotation_days"):
+        for attr in ("noncurrent_version_days", "abort_multipart_days"):
             if getattr(self, attr) < 1:
                 raise ValueError(f"CheckpointBucketArgs.{attr}: must be at least 1 day")
         if not 7 <= self.soft_delete_days <= 90:
@@ -50,27 +48,19 @@ class CheckpointBucket(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:gcp:CheckpointBucket", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        ring = gcp.kms.KeyRing(
-            f"{name}-keys", project=args.project, location=args.location, opts=child
-        )
-        # A destroyed key makes every checkpoint unreadable: keep it out of `pulumi destroy`.
-        key = gcp.kms.CryptoKey(
-            f"{name}-key",
-            key_ring=ring.id,
-            purpose="ENCRYPT_DECRYPT",
-            rotation_period=f"{args.key_rotation_days * DAY_SECONDS}s",
-            labels=args.labels,
-            opts=pulumi.ResourceOptions(parent=self, protect=True),
-        )
         # GCS encrypts and decrypts with the key as its per-project service agent.
         agent = gcp.storage.get_project_service_account_output(
             project=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
         )
-        key_user = gcp.kms.CryptoKeyIAMMember(
-            f"{name}-key-gcs-agent",
-            crypto_key_id=key.id,
-            role=KEY_USER_ROLE,
-            member=agent.member,
+        key = ServiceKey(
+            f"{name}-cmek",
+            ServiceKeyArgs(
+                project=args.project,
+                location=args.location,
+                agent_member=agent.member,
+                rotation_days=args.key_rotation_days,
+                labels=args.labels,
+            ),
             opts=child,
         )
         rules = [
@@ -111,7 +101,7 @@ class CheckpointBucket(pulumi.ComponentResource):
             encryption={"default_kms_key_name": key.id},
             force_destroy=False,
             labels=args.labels,
-            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=[key_user]),
+            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=[key.grant]),
         )
         self.bucket, self.url, self.kms_key = bucket.name, bucket.url, key.id
         self.register_outputs({"bucket": self.bucket, "url": self.url, "kms_key": self.kms_key})

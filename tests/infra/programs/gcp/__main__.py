@@ -1,4 +1,5 @@
-"""Reads a GCP stack's config as the repository's program does and builds the GCP platform."""
+"""Reads a GCP stack's config as the repository's program does, builds the GCP platform and the
+Kubernetes layer on it."""
 
 import json
 
@@ -7,6 +8,7 @@ import pulumi
 from components.config import ConfigError
 from components.gcp.config import GcpStackConfig, load_gcp_config
 from components.gcp.platform import build_gcp
+from components.k8s.layer import build_kubernetes
 
 config = pulumi.Config()
 raw = {}
@@ -21,4 +23,4 @@ try:
     settings = load_gcp_config(raw, namespace=config.name)
 except ConfigError as exc:
     raise pulumi.RunError(str(exc)) from None
-build_gcp(settings)
+build_kubernetes(settings, build_gcp(settings))
