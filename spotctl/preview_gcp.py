@@ -170,8 +170,6 @@ def _cluster(state: dict, autoname: str, project: str, region: str) -> str:
         },
         masterVersion=state.get("minMasterVersion") or GKE_VERSION,
         labelFingerprint=_hex(name + "labels", 8),
-        servicesIpv4Cidr="10.20.0.0/20",
-        operation=None,
     )
     return resource_id
 
