@@ -4,7 +4,16 @@ domain.
 `ALL_POLICIES` is what `__main__.py` hands to `PolicyPack`; the README table is generated from it.
 """
 
-from policies import aws_iam, aws_node_pools, aws_storage, cost_tags, gcp, kubernetes
+from policies import (
+    aws_iam,
+    aws_node_pools,
+    aws_storage,
+    cost_tags,
+    gcp_iam,
+    gcp_node_pools,
+    gcp_storage,
+    kubernetes,
+)
 
 ALL_POLICIES = [
     *aws_storage.POLICIES,
@@ -12,5 +21,7 @@ ALL_POLICIES = [
     *aws_node_pools.POLICIES,
     *cost_tags.POLICIES,
     *kubernetes.POLICIES,
-    *gcp.POLICIES,
+    *gcp_storage.POLICIES,
+    *gcp_iam.POLICIES,
+    *gcp_node_pools.POLICIES,
 ]

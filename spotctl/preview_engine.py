@@ -31,6 +31,8 @@ from pulumi.runtime import mocks, rpc
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from spotctl import preview_gcp
+
 ACCOUNT_ID = "123456789012"
 DEFAULT_REGION = "us-east-1"
 
@@ -133,9 +135,20 @@ def _plain(value: Any) -> Any:
 class CloudMocks(mocks.Mocks):
     """Answers resource registrations and invokes with cloud-shaped values."""
 
-    def __init__(self, region: str) -> None:
+    def __init__(
+        self,
+        region: str,
+        gcp_project: str = preview_gcp.DEFAULT_PROJECT,
+        gcp_region: str = preview_gcp.DEFAULT_REGION,
+    ) -> None:
         self.default_region = region
         self.provider_regions: dict[str, str] = {}
+        self.gcp_default = (gcp_project, gcp_region)
+        self.gcp_providers: dict[str, tuple[str, str]] = {}
+
+    def gcp_scope(self, provider_ref: str | None) -> tuple[str, str]:
+        """(project, region) of a pulumi-gcp resource: its provider's, or the stack config's."""
+        return self.gcp_providers.get(provider_ref or "", self.gcp_default)
 
     def region_of(self, provider_ref: str | None) -> str:
         return self.provider_regions.get(provider_ref or "", self.default_region)
@@ -147,6 +160,9 @@ class CloudMocks(mocks.Mocks):
             return _hex(args.typ + args.name, 32), state
         if args.typ.startswith("aws:"):
             resource_id = aws_outputs(args, state, self.region_of(args.provider))
+        if args.typ.startswith("gcp:"):
+            scope = self.gcp_scope(args.provider)
+            resource_id = preview_gcp.gcp_outputs(args.typ, args.name, state, *scope)
         return resource_id, state
 
     def call(self, args: mocks.MockCallArgs) -> dict:
@@ -175,6 +191,10 @@ class CloudMocks(mocks.Mocks):
                 "id": region,
             },
         }
+        if args.token.startswith("gcp:"):
+            answer = preview_gcp.gcp_invoke(args.token, args.args, *self.gcp_scope(args.provider))
+            if answer is not None:
+                return answer
         if args.token == "aws:eks/getCluster:getCluster":
             return eks_cluster_state(args.args["name"], region, {})
         return answers.get(args.token, dict(args.args))
@@ -340,6 +360,13 @@ class RecordingMonitor(mocks.MockMonitor):
             self.mocks.provider_regions[f"{response.urn}::{response.id}"] = (
                 region or self.mocks.default_region
             )
+            if request.type == "pulumi:providers:gcp":
+                provider = json_format.MessageToDict(request.object)
+                project, default_region = self.mocks.gcp_default
+                self.mocks.gcp_providers[f"{response.urn}::{response.id}"] = (
+                    provider.get("project") or project,
+                    region or default_region,
+                )
         inputs = _plain(json_format.MessageToDict(request.object))
         registered = self.resources.get(response.urn)
         self.registrations.append(
@@ -393,7 +420,13 @@ def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[st
     logger = logging.getLogger("spotctl.preview_engine")
     logger.propagate = False
     logger.addHandler(diagnostics)
-    monitor = RecordingMonitor(CloudMocks(config.get("aws:region", DEFAULT_REGION)))
+    monitor = RecordingMonitor(
+        CloudMocks(
+            config.get("aws:region", DEFAULT_REGION),
+            gcp_project=config.get("gcp:project", preview_gcp.DEFAULT_PROJECT),
+            gcp_region=config.get("gcp:region", preview_gcp.DEFAULT_REGION),
+        )
+    )
     pulumi.runtime.set_mocks(
         monitor.mocks,
         project=project["name"],

@@ -1,0 +1,1 @@
+"""GCP implementation of the platform: GKE, GCS, Workload Identity, Cloud Monitoring."""

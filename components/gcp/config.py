@@ -1,0 +1,387 @@
+"""The `gcp` section of the stack config, and what GKE allows for a Spot node's shutdown.
+
+`GcpConfig` is the section's schema. `GcpStackConfig` is `StackConfig` with that section and the
+GCP checks that span top-level fields (a zone of the region, cost tags that GCP accepts as labels,
+no AWS section in a GCP stack and the reverse); `load_gcp_config` validates a raw config map
+into it, with the same field-path errors as `load_config`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from components.config import (
+    DNS_LABEL,
+    AwsConfig,
+    ClusterConfig,
+    ConfigError,
+    Model,
+    NonNegativeInt,
+    PositiveInt,
+    StackConfig,
+    _message,
+    _path,
+)
+
+GCP_PROJECT = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+GCP_REGION = r"^[a-z]+-[a-z]+\d+$"
+# GKE cluster names: lowercase, start with a letter, at most 40 characters.
+GKE_CLUSTER_NAME = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+# "1.35" (any patch of the minor) or an exact GKE version "1.35.0-gke.1171000".
+GKE_VERSION = r"^1\.\d{2}(\.\d+-gke\.\d+)?$"
+IAM_MEMBER = r"^(group|user|serviceAccount):[^@\s]+@[^@\s]+\.[^@\s]+$"
+# GCP label keys and values: lowercase letters, digits, '_' and '-'; keys start with a letter.
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+
+# Kubelet shutdown grace on a Spot node: GKE gives 30 s (15 s to user pods, 15 s to critical
+# ones) unless the pool says otherwise; from this version on, a Spot pool may ask for up to 120 s.
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 30
+DEFAULT_CRITICAL_PODS_SECONDS = 15
+MAX_SHUTDOWN_GRACE_SECONDS = 120
+EXTENDED_GRACE_VERSION = "1.35.0-gke.1171000"
+
+# Accelerator types GKE nodes ask for -> the GPU family their Spot quota is metered under
+# (Compute Engine meters nvidia-h100-80gb as H100, with no 80GB in the name).
+PREEMPTIBLE_GPU_FAMILY = {
+    "nvidia-tesla-t4": "T4",
+    "nvidia-l4": "L4",
+    "nvidia-tesla-a100": "A100",
+    "nvidia-a100-80gb": "A100-80GB",
+    "nvidia-h100-80gb": "H100",
+    "nvidia-b200": "B200",
+}
+
+
+def gke_version_key(version: str) -> tuple[int, int, int, int]:
+    """Orderable form of "1.35.0-gke.1171000"; a bare minor ("1.35") sorts before its patches."""
+    match = re.fullmatch(r"1\.(\d+)(?:\.(\d+)-gke\.(\d+))?", version)
+    if match is None:
+        raise ValueError(f"{version!r} is not a GKE version like '1.35' or '1.35.0-gke.1171000'")
+    minor, patch, build = match.groups()
+    return 1, int(minor), int(patch or 0), int(build or 0)
+
+
+def extended_grace_supported(version: str) -> bool:
+    return gke_version_key(version) >= gke_version_key(EXTENDED_GRACE_VERSION)
+
+
+def gcs_bucket_name_problem(name: str) -> str | None:
+    """Why GCS would refuse this bucket name, or None (cloud.google.com/storage/docs/buckets)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*[a-z0-9]", name):
+        return (
+            "must use lowercase letters, digits, '-', '_' and '.', and start and end with a "
+            "letter or digit"
+        )
+    if not 3 <= len(name) <= 222 or any(len(part) > 63 for part in name.split(".")):
+        return "must be 3-63 characters (up to 222 with dots, at most 63 between dots)"
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name):
+        return "must not look like an IP address"
+    if name.startswith("goog") or "google" in name or "g00gle" in name:
+        return "must not start with 'goog' or contain 'google'"
+    return None
+
+
+class GkeNetwork(Model):
+    """Address plan of the VPC a new cluster gets: private RFC 1918 ranges that do not overlap."""
+
+    nodes_cidr: str = Field(default="10.10.0.0/20", description="Subnet of the nodes.")
+    pods_cidr: str = Field(default="10.16.0.0/14", description="Secondary range for pods.")
+    services_cidr: str = Field(default="10.20.0.0/20", description="Secondary range, Services.")
+    control_plane_cidr: str = Field(
+        default="172.16.0.0/28", description="/28 for the control plane's private endpoint."
+    )
+
+    @field_validator("nodes_cidr", "pods_cidr", "services_cidr", "control_plane_cidr")
+    @classmethod
+    def _private_network(cls, value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        if not network.is_private:
+            raise ValueError(f"{value!r} is not a private (RFC 1918) range")
+        return value
+
+    @field_validator("control_plane_cidr")
+    @classmethod
+    def _slash_28(cls, value: str) -> str:
+        if ipaddress.IPv4Network(value).prefixlen != 28:
+            raise ValueError(f"{value!r}: GKE needs a /28 for the control plane")
+        return value
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> GkeNetwork:
+        ranges = {
+            name: ipaddress.IPv4Network(getattr(self, name))
+            for name in ("nodes_cidr", "pods_cidr", "services_cidr", "control_plane_cidr")
+        }
+        names = list(ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if ranges[a].overlaps(ranges[b]):
+                    raise ValueError(f"{a} {ranges[a]} overlaps {b} {ranges[b]}")
+        return self
+
+
+class AuthorizedNetwork(Model):
+    name: str = Field(pattern=DNS_LABEL)
+    cidr: str
+
+    @field_validator("cidr")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        try:
+            ipaddress.IPv4Network(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        return value
+
+
+class NewGkeCluster(Model):
+    """Create a regional GKE Standard cluster with its own VPC."""
+
+    name: str = Field(pattern=GKE_CLUSTER_NAME)
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    version: str = Field(
+        default="1.33",
+        pattern=GKE_VERSION,
+        description="Lowest control-plane version (the channel upgrades from there); it decides "
+        "how much shutdown grace a Spot pool may have.",
+    )
+    network: GkeNetwork = Field(default_factory=GkeNetwork)
+    authorized_networks: list[AuthorizedNetwork] = Field(
+        default_factory=list,
+        description="Networks allowed to reach the control plane's public endpoint; empty = "
+        "private endpoint only.",
+    )
+    rbac_security_group: str | None = Field(
+        default=None,
+        pattern=r"^gke-security-groups@[^@\s]+\.[^@\s]+$",
+        description="Google Groups for RBAC: the gke-security-groups group of your domain.",
+    )
+
+
+class ExistingGkeCluster(Model):
+    """Attach to a regional GKE cluster created elsewhere (Workload Identity enabled)."""
+
+    name: str = Field(pattern=GKE_CLUSTER_NAME)
+    version: str = Field(
+        pattern=GKE_VERSION, description="Version its nodes run; decides the Spot shutdown grace."
+    )
+
+
+class GkeClusterConfig(ClusterConfig):
+    create: NewGkeCluster | None = None
+    existing: ExistingGkeCluster | None = None
+
+    @property
+    def version(self) -> str:
+        return (self.create or self.existing).version
+
+
+class StablePoolConfig(Model):
+    """The on-demand pool for coordination, controllers and checkpoint-critical services."""
+
+    machine_type: str = Field(default="e2-standard-8", pattern=r"^[a-z0-9]+-[a-z0-9-]+$")
+    min_nodes_per_zone: NonNegativeInt = 1
+    max_nodes_per_zone: PositiveInt = 3
+    disk_size_gb: int = Field(default=100, ge=20, le=65536)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> StablePoolConfig:
+        if self.min_nodes_per_zone > self.max_nodes_per_zone:
+            raise ValueError(
+                f"min_nodes_per_zone {self.min_nodes_per_zone} exceeds max_nodes_per_zone "
+                f"{self.max_nodes_per_zone}"
+            )
+        return self
+
+
+class ShutdownGrace(Model):
+    """Kubelet graceful shutdown on Spot nodes: all pods get `seconds` from the preemption notice
+    to the power-off, critical pods the last `critical_pods_seconds` of it."""
+
+    seconds: int = Field(
+        default=DEFAULT_SHUTDOWN_GRACE_SECONDS, ge=10, le=MAX_SHUTDOWN_GRACE_SECONDS
+    )
+    critical_pods_seconds: NonNegativeInt = DEFAULT_CRITICAL_PODS_SECONDS
+
+    @model_validator(mode="after")
+    def _room_for_user_pods(self) -> ShutdownGrace:
+        if self.critical_pods_seconds >= self.seconds:
+            raise ValueError(
+                f"critical_pods_seconds {self.critical_pods_seconds} leaves user pods nothing of "
+                f"the {self.seconds} s; keep it below seconds"
+            )
+        return self
+
+    @property
+    def user_pods_seconds(self) -> int:
+        """Notice to kill for a training pod: what the runtime's final save has."""
+        return self.seconds - self.critical_pods_seconds
+
+
+class GcsCheckpointStorage(Model):
+    bucket_name: str | None = Field(
+        default=None, description="Fixed bucket name; default: a generated unique name."
+    )
+    noncurrent_version_days: PositiveInt = 7
+    noncurrent_versions_to_keep: int | None = Field(default=None, ge=1, le=100)
+    abort_multipart_days: PositiveInt = 1
+    soft_delete_days: int = Field(
+        default=7, ge=7, le=90, description="Deleted objects stay restorable this long."
+    )
+    key_rotation_days: int = Field(default=90, ge=1, le=365, description="CMEK rotation period.")
+
+    @field_validator("bucket_name")
+    @classmethod
+    def _gcs_accepts(cls, value: str | None) -> str | None:
+        problem = value and gcs_bucket_name_problem(value)
+        if problem:
+            raise ValueError(f"{value!r}: a GCS bucket name {problem}")
+        return value
+
+
+class Groups(Model):
+    """IAM members (group:, user:, serviceAccount:) of each platform role."""
+
+    platform_admin: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(min_length=1)
+    ml_engineer: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(default_factory=list)
+    log_reader: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(default_factory=list)
+
+
+class GcpAlarms(Model):
+    preemptions_per_hour: PositiveInt = Field(
+        default=10, description="Spot preemptions per hour that page."
+    )
+    gpu_idle_percent: int = Field(
+        default=50, ge=1, le=100, description="Average GPU idle share that warns."
+    )
+
+
+class GcpConfig(Model):
+    project: str = Field(pattern=GCP_PROJECT, description="Project id that holds the platform.")
+    cluster: GkeClusterConfig
+    stable_pool: StablePoolConfig = Field(default_factory=StablePoolConfig)
+    spot_shutdown: ShutdownGrace = Field(default_factory=ShutdownGrace)
+    checkpoint_storage: GcsCheckpointStorage = Field(default_factory=GcsCheckpointStorage)
+    spot_gpu_quota: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        description="Preemptible GPUs to request in the stack's region, by accelerator type.",
+    )
+    groups: Groups
+    alarms: GcpAlarms = Field(default_factory=GcpAlarms)
+
+    @field_validator("spot_shutdown")
+    @classmethod
+    def _grace_of_version(cls, value: ShutdownGrace, info: ValidationInfo) -> ShutdownGrace:
+        cluster = info.data.get("cluster")
+        if (
+            cluster is not None
+            and value.seconds > DEFAULT_SHUTDOWN_GRACE_SECONDS
+            and not extended_grace_supported(cluster.version)
+        ):
+            raise ValueError(
+                f"seconds {value.seconds} needs GKE {EXTENDED_GRACE_VERSION} or later; cluster "
+                f"version {cluster.version!r} allows at most {DEFAULT_SHUTDOWN_GRACE_SECONDS}"
+            )
+        return value
+
+    @field_validator("spot_gpu_quota")
+    @classmethod
+    def _known_accelerators(cls, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(PREEMPTIBLE_GPU_FAMILY))
+        if unknown:
+            raise ValueError(
+                f"unknown accelerator type(s) {unknown}; allowed values: "
+                + ", ".join(sorted(PREEMPTIBLE_GPU_FAMILY))
+            )
+        return value
+
+
+class GcpStackConfig(StackConfig):
+    """`StackConfig` with the `gcp` section and the checks of a GCP stack."""
+
+    gcp: GcpConfig | None = Field(default=None, validate_default=True)
+
+    @field_validator("cloud")
+    @classmethod
+    def _cloud_has_components(cls, value: str) -> str:
+        return value  # both clouds have components here
+
+    @field_validator("region")
+    @classmethod
+    def _gcp_region(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("cloud") == "gcp" and not re.fullmatch(GCP_REGION, value):
+            raise ValueError(f"{value!r} is not a GCP region like 'us-central1'")
+        return value
+
+    @field_validator("zones")
+    @classmethod
+    def _gcp_zones(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        region = info.data.get("region")
+        if info.data.get("cloud") == "gcp" and region:
+            outside = [z for z in value if not re.fullmatch(rf"{re.escape(region)}-[a-z]", z)]
+            if outside:
+                raise ValueError(f"zones {outside} are not zones of region {region!r}")
+        return value
+
+    @field_validator("cost_tags")
+    @classmethod
+    def _gcp_labels(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if info.data.get("cloud") == "gcp":
+            bad = sorted(
+                k for k, v in value.items() if not (LABEL_KEY.match(k) and LABEL_VALUE.match(v))
+            )
+            if bad:
+                raise ValueError(
+                    f"tags {bad} are not GCP labels (lowercase letters, digits, '_' and '-'; "
+                    "keys start with a letter; at most 63 characters)"
+                )
+        return value
+
+    @field_validator("aws")
+    @classmethod
+    def _aws_only_on_aws(cls, value: AwsConfig | None, info: ValidationInfo) -> AwsConfig | None:
+        if info.data.get("cloud") == "gcp" and value is not None:
+            raise ValueError("an AWS section in a 'gcp' stack; remove it")
+        return value
+
+    @field_validator("gcp")
+    @classmethod
+    def _gcp_only_on_gcp(cls, value: GcpConfig | None, info: ValidationInfo) -> GcpConfig | None:
+        cloud = info.data.get("cloud")
+        if cloud == "gcp" and value is None:
+            raise ValueError("cloud 'gcp' needs this section")
+        if cloud == "aws" and value is not None:
+            raise ValueError("a GCP section in an 'aws' stack; remove it")
+        emails = info.data["alerts"].emails if "alerts" in info.data else []
+        if value is not None and value.spot_gpu_quota and not emails:
+            raise ValueError(
+                "spot_gpu_quota needs alerts.emails: Google asks the first address about a quota "
+                "increase"
+            )
+        kubernetes = info.data.get("kubernetes")
+        notice = kubernetes.notice_seconds if kubernetes is not None else None
+        budget = value.spot_shutdown.user_pods_seconds if value is not None else None
+        if notice is not None and budget is not None and notice > budget:
+            raise ValueError(
+                f"kubernetes.notice_seconds {notice} exceeds the {budget} s that Spot shutdown "
+                "gives user pods (spot_shutdown.seconds - critical_pods_seconds)"
+            )
+        return value
+
+
+def load_gcp_config(raw: dict[str, Any], namespace: str = "") -> GcpStackConfig:
+    """As `load_config`, for a stack that may use the `gcp` section."""
+    try:
+        return GcpStackConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(
+            [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace
+        ) from None

@@ -1,0 +1,268 @@
+"""IAM on GCP: the node service account, the platform's groups, and one training identity per
+team through Workload Identity Federation for GKE.
+
+No service-account keys anywhere: nodes run as their own account, pods get short-lived tokens
+for their team's account from the GKE metadata server. A team's account reaches only objects
+under its own prefix, by an IAM condition on the object name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+
+# What GKE nodes need (logs, metrics, autoscaler signals) plus pulling images.
+NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
+# Project roles of each platform group. ml-engineer and log-reader get cluster credentials only
+# (container.clusterViewer); what they may do inside is RBAC in the team namespaces.
+GROUP_ROLES = {
+    "platform-admin": (
+        "roles/container.admin",
+        "roles/monitoring.editor",
+        "roles/logging.viewer",
+        "roles/cloudquotas.admin",
+        "roles/cloudkms.viewer",
+    ),
+    "ml-engineer": (
+        "roles/container.clusterViewer",
+        "roles/logging.viewer",
+        "roles/monitoring.viewer",
+    ),
+    "log-reader": ("roles/container.clusterViewer", "roles/logging.viewer"),
+}
+# Checkpoint objects: read, write, list, delete what the runtime wrote, multipart uploads.
+# Nothing on the bucket, its IAM, or soft-deleted objects.
+CHECKPOINT_PERMISSIONS = (
+    "storage.objects.create",
+    "storage.objects.get",
+    "storage.objects.list",
+    "storage.objects.delete",
+    "storage.multipartUploads.create",
+    "storage.multipartUploads.abort",
+    "storage.multipartUploads.list",
+    "storage.multipartUploads.listParts",
+)
+ACCOUNT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+
+
+def account_id(*parts: str) -> str:
+    """A service account id from name parts; ids over 30 characters keep a hash of the rest."""
+    whole = "-".join(parts)
+    if len(whole) <= 30:
+        return whole
+    return f"{whole[:21].rstrip('-')}-{hashlib.sha256(whole.encode()).hexdigest()[:8]}"
+
+
+def _account_id(value: str, what: str) -> str:
+    if not ACCOUNT_ID.match(value):
+        raise ValueError(
+            f"{what}: {value!r} is not a service account id (6-30 characters: lowercase "
+            "letters, digits and '-', starting with a letter)"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class NodeServiceAccountArgs:
+    project: str
+    account_id: str
+
+    def __post_init__(self) -> None:
+        _account_id(self.account_id, "NodeServiceAccountArgs.account_id")
+
+
+class NodeServiceAccount(pulumi.ComponentResource):
+    """The account every GKE node runs as, instead of the Compute Engine default (an editor)."""
+
+    email: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: NodeServiceAccountArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:gcp:NodeServiceAccount", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        account = gcp.serviceaccount.Account(
+            f"{name}-account",
+            project=args.project,
+            account_id=args.account_id,
+            display_name="GKE nodes of the spot training platform",
+            opts=child,
+        )
+        for role in NODE_ROLES:
+            gcp.projects.IAMMember(
+                f"{name}-{_short(role)}",
+                project=args.project,
+                role=role,
+                member=account.member,
+                opts=child,
+            )
+        self.email = account.email
+        self.register_outputs({"email": self.email})
+
+
+@dataclass(frozen=True)
+class PlatformGroupsArgs:
+    project: str
+    bucket: pulumi.Input[str]
+    platform_admin: list[str]
+    ml_engineer: list[str] = field(default_factory=list)
+    log_reader: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.platform_admin:
+            raise ValueError("PlatformGroupsArgs.platform_admin: at least one member")
+
+
+class PlatformGroups(pulumi.ComponentResource):
+    """platform-admin changes configuration; ml-engineer submits jobs and reads logs;
+    log-reader only reads logs."""
+
+    def __init__(
+        self, name: str, args: PlatformGroupsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:gcp:PlatformGroups", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        members = {
+            "platform-admin": args.platform_admin,
+            "ml-engineer": args.ml_engineer,
+            "log-reader": args.log_reader,
+        }
+        for group, group_members in members.items():
+            for index, member in enumerate(group_members):
+                for role in GROUP_ROLES[group]:
+                    gcp.projects.IAMMember(
+                        f"{name}-{group}-{index}-{_short(role)}",
+                        project=args.project,
+                        role=role,
+                        member=member,
+                        opts=child,
+                    )
+        for index, member in enumerate(args.platform_admin):
+            gcp.storage.BucketIAMMember(
+                f"{name}-platform-admin-{index}-checkpoints",
+                bucket=args.bucket,
+                role="roles/storage.admin",
+                member=member,
+                opts=child,
+            )
+        self.register_outputs({})
+
+
+@dataclass(frozen=True)
+class CheckpointWriterRoleArgs:
+    project: str
+    role_id: str
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-zA-Z0-9_.]{3,64}", self.role_id):
+            raise ValueError(
+                f"CheckpointWriterRoleArgs.role_id: {self.role_id!r} must be 3-64 letters, "
+                "digits, '_' or '.'"
+            )
+
+
+class CheckpointWriterRole(pulumi.ComponentResource):
+    """A custom role with only what the runtime does to checkpoint objects."""
+
+    id: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: CheckpointWriterRoleArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:gcp:CheckpointWriterRole", name, None, opts)
+        role = gcp.projects.IAMCustomRole(
+            f"{name}-role",
+            project=args.project,
+            role_id=args.role_id,
+            title="Spot training checkpoint writer",
+            description="Read, write, list and delete checkpoint objects; nothing on the bucket.",
+            permissions=list(CHECKPOINT_PERMISSIONS),
+            stage="GA",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.id = role.name
+        self.register_outputs({"id": self.id})
+
+
+@dataclass(frozen=True)
+class TeamTrainingIdentityArgs:
+    project: str
+    account_id: str
+    workload_pool: str
+    namespace: str
+    service_account: str
+    bucket: pulumi.Input[str]
+    prefix: str
+    role: pulumi.Input[str]
+
+    def __post_init__(self) -> None:
+        _account_id(self.account_id, "TeamTrainingIdentityArgs.account_id")
+        if not self.prefix or "*" in self.prefix or self.prefix.startswith("/"):
+            raise ValueError(
+                f"TeamTrainingIdentityArgs.prefix: {self.prefix!r} must be a non-empty object "
+                "prefix without wildcards or a leading slash"
+            )
+
+
+class TeamTrainingIdentity(pulumi.ComponentResource):
+    """One team's Google service account, usable only by its training Kubernetes service
+    account, with checkpoint access under `<prefix>/` only."""
+
+    email: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: TeamTrainingIdentityArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:gcp:TeamTrainingIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        account = gcp.serviceaccount.Account(
+            f"{name}-account",
+            project=args.project,
+            account_id=args.account_id,
+            display_name=f"Training pods of {args.namespace}",
+            opts=child,
+        )
+        gcp.serviceaccount.IAMMember(
+            f"{name}-workload-identity",
+            service_account_id=account.name,
+            role="roles/iam.workloadIdentityUser",
+            member=(
+                f"serviceAccount:{args.workload_pool}[{args.namespace}/{args.service_account}]"
+            ),
+            opts=child,
+        )
+        gcp.storage.BucketIAMMember(
+            f"{name}-checkpoints",
+            bucket=args.bucket,
+            role=args.role,
+            member=account.member,
+            condition={
+                "title": "own-checkpoint-prefix",
+                "description": f"Objects under {args.prefix}/ only",
+                "expression": pulumi.Output.from_input(args.bucket).apply(
+                    lambda bucket: prefix_condition(bucket, args.prefix)
+                ),
+            },
+            opts=child,
+        )
+        self.email = account.email
+        self.register_outputs({"email": self.email})
+
+
+def prefix_condition(bucket: str, prefix: str) -> str:
+    """CEL: objects named `<prefix>/...`, and listings of that prefix only. The trailing `/`
+    keeps `teams/vision` from matching `teams/vision-2/...`."""
+    return (
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}/") || '
+        '(resource.type == "storage.googleapis.com/Bucket" && '
+        f'api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("{prefix}/"))'
+    )
+
+
+def _short(role: str) -> str:
+    """`roles/container.admin` -> `container-admin`, for resource names."""
+    return role.removeprefix("roles/").replace(".", "-").lower()

@@ -1,0 +1,537 @@
+"""The GCP components, read from previews of the GCP stacks: secure defaults and wiring."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from gcp_programs import gcp_program_copy, tiny_program
+from previewed import Preview
+from stack_files import GCP_PROGRAM, REPO_ROOT, gcp_stack_values
+
+from components.gcp.cluster import ClusterArgs
+from components.gcp.config import ShutdownGrace, load_gcp_config
+from components.gcp.iam import (
+    CHECKPOINT_PERMISSIONS,
+    NodeServiceAccountArgs,
+    TeamTrainingIdentityArgs,
+    account_id,
+    prefix_condition,
+)
+from components.gcp.kms import ServiceKeyArgs
+from components.gcp.nodepools import GkeNodePoolArgs
+from components.gcp.observability import ObservabilityArgs
+from components.gcp.quotas import SpotGpuQuotasArgs, preemptible_gpu_quota_id
+from components.gcp.storage import CheckpointBucketArgs
+from components.pools import CAPACITY_TYPE_LABEL, POOL_LABEL, PoolSpec
+from spotctl.preview import PreviewError, preview_program
+from spotctl.preview_gcp import project_number
+
+PROD = load_gcp_config(gcp_stack_values("gcp-prod"))
+ATTACH = load_gcp_config(gcp_stack_values("gcp-attach"))
+COST_KEYS = {"team", "env", "capacity-type"}
+
+
+@pytest.fixture(scope="module")
+def prod() -> Preview:
+    return Preview("gcp-prod", preview_program(GCP_PROGRAM, "gcp-prod", strict_deprecations=True))
+
+
+@pytest.fixture(scope="module")
+def attach() -> Preview:
+    return Preview(
+        "gcp-attach", preview_program(GCP_PROGRAM, "gcp-attach", strict_deprecations=True)
+    )
+
+
+# --- network and cluster
+
+
+def test_subnet_has_pod_and_service_ranges_and_nat_egress(prod: Preview):
+    addresses = PROD.gcp.cluster.create.network
+    vpc = prod.one("gcp:compute/network:Network")
+    assert vpc.inputs["autoCreateSubnetworks"] is False
+    subnet = prod.one("gcp:compute/subnetwork:Subnetwork")
+    assert subnet.inputs["network"] == vpc.id
+    assert subnet.inputs["ipCidrRange"] == addresses.nodes_cidr
+    assert subnet.inputs["privateIpGoogleAccess"] is True
+    assert {r["rangeName"]: r["ipCidrRange"] for r in subnet.inputs["secondaryIpRanges"]} == {
+        "pods": addresses.pods_cidr,
+        "services": addresses.services_cidr,
+    }
+    router = prod.one("gcp:compute/router:Router")
+    nat = prod.one("gcp:compute/routerNat:RouterNat")
+    assert nat.inputs["router"] == router.outputs["name"]
+    assert nat.inputs["subnetworks"] == [
+        {"name": subnet.id, "sourceIpRangesToNats": ["ALL_IP_RANGES"]}
+    ]
+
+
+def test_cluster_is_regional_private_and_runs_workload_identity_and_dataplane_v2(prod: Preview):
+    create = PROD.gcp.cluster.create
+    cluster = prod.one("gcp:container/cluster:Cluster")
+    inputs = cluster.inputs
+    assert inputs["location"] == PROD.region and inputs["nodeLocations"] == PROD.zones
+    assert inputs["releaseChannel"] == {"channel": create.release_channel}
+    assert inputs["minMasterVersion"] == create.version
+    assert inputs["workloadIdentityConfig"] == {"workloadPool": "spot-training-prod.svc.id.goog"}
+    assert inputs["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert inputs["removeDefaultNodePool"] is True
+    assert inputs["ipAllocationPolicy"] == {
+        "clusterSecondaryRangeName": "pods",
+        "servicesSecondaryRangeName": "services",
+    }
+    assert inputs["privateClusterConfig"]["enablePrivateNodes"] is True
+    # an authorized network is configured, so the public endpoint stays, limited to it
+    assert inputs["privateClusterConfig"]["enablePrivateEndpoint"] is False
+    assert inputs["masterAuthorizedNetworksConfig"] == {
+        "cidrBlocks": [{"cidrBlock": "203.0.113.0/24", "displayName": "office"}],
+        "gcpPublicCidrsAccessEnabled": False,
+    }
+    assert inputs["masterAuth"]["clientCertificateConfig"]["issueClientCertificate"] is False
+    assert inputs["authenticatorGroupsConfig"] == {
+        "securityGroup": "gke-security-groups@example.com"
+    }
+    assert set(inputs["resourceLabels"]) >= COST_KEYS
+    # Secrets are encrypted with a rotating key the GKE service agent may use
+    key = next(
+        k
+        for k in prod.of_type("gcp:kms/cryptoKey:CryptoKey")
+        if k.id == inputs["databaseEncryption"]["keyName"]
+    )
+    assert key.inputs["rotationPeriod"] == "7776000s"
+    agent = prod.one("gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember", "secrets-agent")
+    number = project_number("spot-training-prod")
+    assert agent.inputs["member"] == (
+        f"serviceAccount:service-{number}@container-engine-robot.iam.gserviceaccount.com"
+    )
+    assert agent.urn in cluster.dependencies
+
+
+def test_without_authorized_networks_the_endpoint_is_private_only(tmp_path):
+    values = gcp_stack_values("gcp-prod")
+    del values["gcp"]["cluster"]["create"]["authorized_networks"]
+    preview = Preview("p", preview_program(gcp_program_copy(tmp_path, "p", values), "p"))
+    cluster = preview.one("gcp:container/cluster:Cluster")
+    assert cluster.inputs["privateClusterConfig"]["enablePrivateEndpoint"] is True
+    assert cluster.inputs["masterAuthorizedNetworksConfig"]["cidrBlocks"] == []
+
+
+def kubeconfig_of(preview: Preview) -> dict:
+    return json.loads(preview.one("pulumi:providers:kubernetes").inputs["kubeconfig"])
+
+
+@pytest.mark.parametrize("stack", ["prod", "attach"])
+def test_kubeconfig_authenticates_with_the_gke_plugin_and_stores_no_secret(stack, request):
+    preview = request.getfixturevalue(stack)
+    kubeconfig = kubeconfig_of(preview)
+    (user,) = kubeconfig["users"]
+    assert user["user"] == {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "gke-gcloud-auth-plugin",
+            "installHint": "Install gke-gcloud-auth-plugin: gcloud components install "
+            "gke-gcloud-auth-plugin",
+            "provideClusterInfo": True,
+        }
+    }
+    (cluster,) = kubeconfig["clusters"]
+    config = PROD if stack == "prod" else ATTACH
+    assert cluster["name"] == config.gcp.cluster.name
+    assert cluster["cluster"]["server"].startswith("https://")
+
+
+def test_attached_cluster_creates_no_cluster_or_network(attach: Preview):
+    assert attach.of_type("gcp:container/cluster:Cluster") == []
+    assert attach.of_type("gcp:compute/network:Network") == []
+    pool = attach.one("gcp:container/nodePool:NodePool")
+    assert pool.inputs["cluster"] == "shared-dev"
+    assert pool.inputs["location"] == ATTACH.region
+
+
+def test_attached_cluster_without_workload_identity_fails_the_preview(tmp_path):
+    program = tiny_program(
+        tmp_path,
+        "from components.gcp.cluster import _require_pool\n"
+        "_require_pool([], 'p.svc.id.goog', 'shared')\n",
+    )
+    with pytest.raises(PreviewError, match="gcp.cluster.existing: cluster 'shared' has no"):
+        preview_program(program, "test")
+
+
+# --- node pools
+
+
+def test_stable_pool_is_on_demand_untainted_and_locked_down(prod: Preview):
+    stable = PROD.gcp.stable_pool
+    pool = prod.one("gcp:container/nodePool:NodePool", "stable")
+    node = pool.inputs["nodeConfig"]
+    nodes_account = prod.one("gcp:serviceaccount/account:Account", "nodes")
+    assert pool.inputs["cluster"] == PROD.gcp.cluster.name
+    assert pool.inputs["nodeLocations"] == PROD.zones
+    assert pool.inputs["autoscaling"] == {
+        "minNodeCount": stable.min_nodes_per_zone,
+        "maxNodeCount": stable.max_nodes_per_zone,
+        "locationPolicy": "BALANCED",
+    }
+    assert node["machineType"] == stable.machine_type and node["spot"] is False
+    assert node["labels"] == {POOL_LABEL: "stable", CAPACITY_TYPE_LABEL: "on-demand"}
+    assert node["taints"] == []
+    assert "kubeletConfig" not in node  # GKE takes a shutdown grace on Spot pools only
+    assert node["serviceAccount"] == nodes_account.outputs["email"]
+    assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+    assert node["shieldedInstanceConfig"] == {
+        "enableSecureBoot": True,
+        "enableIntegrityMonitoring": True,
+    }
+    assert node["resourceLabels"]["capacity-type"] == "on-demand"
+    # not the default compute account, and nothing beyond what nodes need
+    roles = {
+        m.inputs["role"]
+        for m in prod.of_type("gcp:projects/iAMMember:IAMMember")
+        if m.inputs["member"] == nodes_account.outputs["member"]
+    }
+    assert roles == {"roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader"}
+
+
+SPOT_POOL_PROGRAM = """
+import pulumi, pulumi_gcp as gcp
+from components.gcp.config import ShutdownGrace
+from components.gcp.nodepools import GkeNodePool, GkeNodePoolArgs
+from components.pools import PoolSpec
+
+GkeNodePool("spot", GkeNodePoolArgs(
+    spec=PoolSpec(tier="spot", capacity="spot", instance_types=("a3-highgpu-8g",),
+                  min_size=0, max_size=4, desired_size=0, disk_size_gib=500),
+    project="p", cluster="c", location="us-central1", zones=["us-central1-a", "us-central1-b"],
+    service_account="nodes@p.iam.gserviceaccount.com",
+    shutdown=ShutdownGrace(seconds=120, critical_pods_seconds=15),
+))
+"""
+
+
+def test_spot_pool_is_tainted_and_sets_its_shutdown_grace(tmp_path):
+    program = tiny_program(tmp_path, SPOT_POOL_PROGRAM)
+    pool = Preview("t", preview_program(program, "test")).one("gcp:container/nodePool:NodePool")
+    node = pool.inputs["nodeConfig"]
+    assert node["spot"] is True
+    assert node["taints"] == [{"key": "capacity-type", "value": "spot", "effect": "NO_SCHEDULE"}]
+    assert node["kubeletConfig"] == {
+        "shutdownGracePeriodSeconds": 120,
+        "shutdownGracePeriodCriticalPodsSeconds": 15,
+    }
+    assert pool.inputs["autoscaling"]["locationPolicy"] == "ANY"
+    assert len(pool.outputs["instanceGroupUrls"]) == 2
+
+
+# --- checkpoint bucket
+
+
+def test_bucket_is_versioned_private_soft_deleting_and_under_cmek(prod: Preview):
+    storage = PROD.gcp.checkpoint_storage
+    bucket = prod.one("gcp:storage/bucket:Bucket")
+    inputs = bucket.inputs
+    assert inputs["uniformBucketLevelAccess"] is True
+    assert inputs["publicAccessPrevention"] == "enforced"
+    assert inputs["versioning"] == {"enabled": True}
+    assert inputs["forceDestroy"] is False
+    assert inputs["location"] == PROD.region.upper()
+    assert inputs["softDeletePolicy"] == {
+        "retentionDurationSeconds": storage.soft_delete_days * 86400
+    }
+    assert set(inputs["labels"]) >= COST_KEYS
+    key = prod.one("gcp:kms/cryptoKey:CryptoKey", "checkpoints")
+    assert inputs["encryption"] == {"defaultKmsKeyName": key.id}
+    assert key.inputs["rotationPeriod"] == f"{storage.key_rotation_days * 86400}s"
+    agent = prod.one("gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember", "cmek-agent")
+    number = project_number("spot-training-prod")
+    assert agent.inputs["cryptoKeyId"] == key.id
+    assert agent.inputs["role"] == "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+    assert agent.inputs["member"] == (
+        f"serviceAccount:service-{number}@gs-project-accounts.iam.gserviceaccount.com"
+    )
+    assert agent.urn in bucket.dependencies  # the key is usable before the bucket needs it
+
+
+def test_lifecycle_follows_config(prod: Preview, attach: Preview):
+    storage = PROD.gcp.checkpoint_storage
+    rules = prod.one("gcp:storage/bucket:Bucket").inputs["lifecycleRules"]
+    assert rules == [
+        {
+            "action": {"type": "Delete"},
+            "condition": {
+                "withState": "ARCHIVED",
+                "daysSinceNoncurrentTime": storage.noncurrent_version_days,
+            },
+        },
+        {
+            "action": {"type": "AbortIncompleteMultipartUpload"},
+            "condition": {"age": storage.abort_multipart_days},
+        },
+        {
+            "action": {"type": "Delete"},
+            "condition": {
+                "withState": "ARCHIVED",
+                "numNewerVersions": storage.noncurrent_versions_to_keep,
+            },
+        },
+    ]
+    dev_rules = attach.one("gcp:storage/bucket:Bucket").inputs["lifecycleRules"]
+    assert "numNewerVersions" not in json.dumps(dev_rules)
+
+
+# --- identity
+
+
+@pytest.mark.parametrize("team", PROD.teams, ids=lambda t: t.name)
+def test_team_identity_is_bound_to_its_service_account_and_its_prefix(prod: Preview, team):
+    account = prod.one("gcp:serviceaccount/account:Account", f"{team.name}-training")
+    assert account.inputs["accountId"] == account_id("prod", team.name, "training")
+    binding = prod.one("gcp:serviceaccount/iAMMember:IAMMember", f"{team.name}-training")
+    assert binding.inputs["serviceAccountId"] == account.outputs["name"]
+    assert binding.inputs["role"] == "roles/iam.workloadIdentityUser"
+    assert binding.inputs["member"] == (
+        f"serviceAccount:spot-training-prod.svc.id.goog[{team.namespace}/{team.service_account}]"
+    )
+    bucket = prod.one("gcp:storage/bucket:Bucket")
+    access = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember", f"{team.name}-training")
+    role = prod.one("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert access.inputs["bucket"] == bucket.outputs["name"]
+    assert access.inputs["member"] == account.outputs["member"]
+    assert access.inputs["role"] == role.outputs["name"]
+    expression = access.inputs["condition"]["expression"]
+    assert expression == prefix_condition(bucket.outputs["name"], team.checkpoint_prefix)
+    assert f'/objects/{team.checkpoint_prefix}/")' in expression  # ends in '/'
+    annotations = prod.one("kubernetes:core/v1:ServiceAccount", team.name).inputs["metadata"][
+        "annotations"
+    ]
+    assert annotations == {"iam.gke.io/gcp-service-account": account.outputs["email"]}
+
+
+def test_checkpoint_role_reaches_objects_only(prod: Preview):
+    role = prod.one("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert sorted(role.inputs["permissions"]) == sorted(CHECKPOINT_PERMISSIONS)
+    assert all(
+        p.startswith(("storage.objects.", "storage.multipartUploads."))
+        for p in role.inputs["permissions"]
+    )
+    assert "storage.objects.setIamPolicy" not in role.inputs["permissions"]
+
+
+def test_no_key_resources_anywhere(prod: Preview, attach: Preview):
+    for preview in (prod, attach):
+        types = {r.type for r in preview.resources}
+        assert not types & {"gcp:serviceaccount/key:Key", "gcp:storage/hmacKey:HmacKey"}
+
+
+def test_groups_are_separated_as_on_aws(prod: Preview):
+    groups = PROD.gcp.groups
+    project_roles: dict[str, set[str]] = {}
+    for member in prod.of_type("gcp:projects/iAMMember:IAMMember"):
+        project_roles.setdefault(member.inputs["member"], set()).add(member.inputs["role"])
+    (admin,) = groups.platform_admin
+    (engineer,) = groups.ml_engineer
+    assert "roles/container.admin" in project_roles[admin]
+    assert project_roles[engineer] == {
+        "roles/container.clusterViewer",
+        "roles/logging.viewer",
+        "roles/monitoring.viewer",
+    }
+    for reader in groups.log_reader:
+        assert project_roles[reader] == {"roles/container.clusterViewer", "roles/logging.viewer"}
+    bucket_admins = [
+        b.inputs["member"]
+        for b in prod.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+        if b.inputs["role"] == "roles/storage.admin"
+    ]
+    assert bucket_admins == [admin]
+
+
+# --- quotas and observability
+
+
+def test_spot_gpu_quota_preferences(prod: Preview, attach: Preview):
+    preferences = prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
+    assert {
+        p.inputs["quotaId"]: p.inputs["quotaConfig"]["preferredValue"] for p in preferences
+    } == {
+        preemptible_gpu_quota_id(accelerator): str(count)
+        for accelerator, count in PROD.gcp.spot_gpu_quota.items()
+    }
+    assert preemptible_gpu_quota_id("nvidia-h100-80gb") == (
+        "PREEMPTIBLE-NVIDIA-H100-GPUS-per-project-region"
+    )
+    for preference in preferences:
+        assert preference.inputs["service"] == "compute.googleapis.com"
+        assert preference.inputs["parent"] == "projects/spot-training-prod"
+        assert preference.inputs["dimensions"] == {"region": PROD.region}
+        assert preference.inputs["contactEmail"] == PROD.alerts.emails[0]
+    assert attach.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference") == []
+
+
+def test_preemptions_are_counted_from_the_audit_log(prod: Preview):
+    metric = prod.one("gcp:logging/metric:Metric")
+    assert 'protoPayload.methodName="compute.instances.preempted"' in metric.inputs["filter"]
+    assert "cloudaudit.googleapis.com%2Fsystem_event" in metric.inputs["filter"]
+    assert metric.inputs["metricDescriptor"]["metricKind"] == "DELTA"
+
+
+def test_alerts_notify_by_email_and_link_their_runbook(prod: Preview):
+    channels = prod.of_type("gcp:monitoring/notificationChannel:NotificationChannel")
+    assert sorted(c.inputs["labels"]["email_address"] for c in channels) == sorted(
+        PROD.alerts.emails
+    )
+    policies = prod.of_type("gcp:monitoring/alertPolicy:AlertPolicy")
+    assert {p.name.rsplit("-", 1)[1] for p in policies} == {"SpotPreemptionsHigh", "GpuIdleHigh"}
+    base = PROD.kubernetes.monitoring.runbook_base_url
+    metric = prod.one("gcp:logging/metric:Metric")
+    for policy in policies:
+        assert sorted(policy.inputs["notificationChannels"]) == sorted(
+            c.outputs["name"] for c in channels
+        )
+        alert = policy.name.rsplit("-", 1)[1]
+        runbook = policy.inputs["documentation"]["links"][0]["url"]
+        assert runbook == f"{base}/runbooks/gcp/{alert}.md"
+        assert runbook in policy.inputs["documentation"]["content"]
+        assert (REPO_ROOT / runbook.removeprefix(f"{base}/")).is_file(), runbook
+    (preemptions,) = [p for p in policies if p.name.endswith("SpotPreemptionsHigh")]
+    threshold = preemptions.inputs["conditions"][0]["conditionThreshold"]
+    assert metric.outputs["name"] in threshold["filter"]
+    assert threshold["thresholdValue"] == PROD.gcp.alarms.preemptions_per_hour
+
+
+def test_dashboard_shows_preemptions_pool_sizes_gpu_use_and_checkpoint_age(prod: Preview):
+    body = json.loads(prod.one("gcp:monitoring/dashboard:Dashboard").inputs["dashboardJson"])
+    titles = " | ".join(t["widget"]["title"] for t in body["mosaicLayout"]["tiles"])
+    for wanted in ("preemptions", "Pool sizes", "GPU utilisation", "Checkpoint age"):
+        assert wanted in titles
+    assert "spotsafe_checkpoint_age_seconds" in json.dumps(body)
+    assert f'"{PROD.gcp.cluster.name}\\"' in json.dumps(body)
+
+
+# --- the platform handed to the Kubernetes layer
+
+
+def test_platform_notice_budget_follows_the_shutdown_grace(prod: Preview, attach: Preview):
+    for preview, config in ((prod, PROD), (attach, ATTACH)):
+        budget = config.gcp.spot_shutdown.user_pods_seconds
+        templates = json.dumps(
+            [r.inputs for r in preview.resources if r.type == "kubernetes:core/v1:ConfigMap"]
+        )
+        assert f"terminationGracePeriodSeconds: {budget}\\n" in templates
+        assert "value: sigterm,gce" in templates
+        assert "gs://" in templates
+    assert (
+        PROD.gcp.spot_shutdown.user_pods_seconds,
+        ATTACH.gcp.spot_shutdown.user_pods_seconds,
+    ) == (105, 15)
+
+
+# --- validation at construction
+
+
+def _spec(**changes) -> PoolSpec:
+    base = {
+        "tier": "stable",
+        "capacity": "on-demand",
+        "instance_types": ("n2-standard-8",),
+        "min_size": 1,
+        "max_size": 3,
+        "desired_size": 1,
+        "disk_size_gib": 100,
+    }
+    return PoolSpec(**{**base, **changes})
+
+
+POOL = {
+    "project": "p",
+    "cluster": "c",
+    "location": "us-central1",
+    "zones": ["us-central1-a"],
+    "service_account": "n@p.iam.gserviceaccount.com",
+}
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: ClusterArgs(
+                project="p",
+                region="us-central1",
+                zones=["us-east1-b"],
+                node_service_account="n",
+                create=PROD.gcp.cluster.create,
+            ),
+            "ClusterArgs.zones: ['us-east1-b'] must be one or more zones of us-central1",
+        ),
+        (
+            lambda: ClusterArgs(
+                project="p", region="us-central1", zones=[], node_service_account="n"
+            ),
+            "ClusterArgs: set exactly one of 'create' or 'existing'",
+        ),
+        (
+            lambda: GkeNodePoolArgs(spec=_spec(), shutdown=ShutdownGrace(), **POOL),
+            "GkeNodePoolArgs.shutdown: GKE sets the kubelet shutdown grace on Spot pools only",
+        ),
+        (
+            lambda: GkeNodePoolArgs(spec=_spec(instance_types=("a", "b")), **POOL),
+            "GkeNodePoolArgs.spec.instance_types: a GKE node pool has exactly one machine type",
+        ),
+        (
+            lambda: CheckpointBucketArgs(project="p", location="us", bucket_name="google-ckpt"),
+            "CheckpointBucketArgs.bucket_name: a GCS bucket name must not start with 'goog'",
+        ),
+        (
+            lambda: CheckpointBucketArgs(project="p", location="us", soft_delete_days=3),
+            "CheckpointBucketArgs.soft_delete_days: between 7 and 90",
+        ),
+        (
+            lambda: ServiceKeyArgs(project="p", location="us", agent_member="m", rotation_days=0),
+            "ServiceKeyArgs.rotation_days: between 1 and 365",
+        ),
+        (
+            lambda: TeamTrainingIdentityArgs(
+                project="p",
+                account_id="prod-vision-training",
+                workload_pool="p.svc.id.goog",
+                namespace="team-vision",
+                service_account="training",
+                bucket="b",
+                prefix="teams/*",
+                role="r",
+            ),
+            "TeamTrainingIdentityArgs.prefix: 'teams/*' must be a non-empty object prefix",
+        ),
+        (
+            lambda: NodeServiceAccountArgs(project="p", account_id="Nodes"),
+            "NodeServiceAccountArgs.account_id: 'Nodes' is not a service account id",
+        ),
+        (
+            lambda: SpotGpuQuotasArgs(project="p", region="r", gpus={"nvidia-a10g": 4}),
+            "SpotGpuQuotasArgs.gpus: unknown accelerator type 'nvidia-a10g'",
+        ),
+        (
+            lambda: SpotGpuQuotasArgs(project="p", region="r", gpus={"nvidia-l4": 4}),
+            "SpotGpuQuotasArgs.contact_email: Google asks someone about a quota increase",
+        ),
+        (
+            lambda: ObservabilityArgs(
+                project="p", cluster_name="c", runbook_base_url="u", gpu_idle_percent=0
+            ),
+            "ObservabilityArgs.gpu_idle_percent: between 1 and 100",
+        ),
+    ],
+)
+def test_bad_args_are_refused_at_construction(build, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build()
+
+
+def test_long_service_account_ids_keep_a_hash():
+    long_id = account_id("production", "computer-vision-research", "training")
+    assert len(long_id) == 30 and long_id.startswith("production-computer")
+    assert long_id != account_id("production", "computer-vision-robotics", "training")
+    assert account_id("prod", "vision", "training") == "prod-vision-training"

@@ -1,0 +1,191 @@
+"""The `gcp` config section: what a GCP stack accepts, and one clear line per bad field."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from gcp_programs import gcp_program_copy
+from stack_files import gcp_stack_values, stack_values
+
+from components.config import ConfigError
+from components.gcp.config import (
+    extended_grace_supported,
+    gcs_bucket_name_problem,
+    gke_version_key,
+    load_gcp_config,
+)
+from spotctl.preview import PreviewError, preview_program
+
+GCP_PROD = gcp_stack_values("gcp-prod")
+
+
+def problems(values: dict) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        load_gcp_config(values)
+    return caught.value.problems
+
+
+def changed(path: str, value, base: dict = GCP_PROD) -> dict:
+    """A copy of `base` with the dotted `path` set to `value` (None deletes it)."""
+    values = copy.deepcopy(base)
+    *parents, last = path.split(".")
+    node = values
+    for part in parents:
+        node = node[part]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return values
+
+
+def test_the_gcp_stacks_validate():
+    prod = load_gcp_config(GCP_PROD)
+    assert prod.gcp.spot_shutdown.user_pods_seconds == 105
+    attach = load_gcp_config(gcp_stack_values("gcp-attach"))
+    assert attach.gcp.cluster.existing.name == "shared-dev"
+    assert attach.gcp.spot_shutdown.user_pods_seconds == 15  # GKE's default: 15 of 30 s
+
+
+def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
+    aws = stack_values("prod")
+    assert load_gcp_config(aws).gcp is None
+    assert problems({**aws, "gcp": GCP_PROD["gcp"]}) == [
+        ("gcp", "a GCP section in an 'aws' stack; remove it")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "path", "message"),
+    [
+        (
+            changed("zones", ["us-central1-a", "us-east1-b"]),
+            "zones",
+            "zones ['us-east1-b'] are not zones of region 'us-central1'",
+        ),
+        (changed("region", "us-west-2x"), "region", "'us-west-2x' is not a GCP region"),
+        (
+            changed("gcp.checkpoint_storage", {"bucket_name": "my-google-checkpoints"}),
+            "gcp.checkpoint_storage.bucket_name",
+            "a GCS bucket name must not start with 'goog' or contain 'google'",
+        ),
+        (
+            changed("gcp.checkpoint_storage", {"bucket_name": "Checkpoints"}),
+            "gcp.checkpoint_storage.bucket_name",
+            "must use lowercase letters",
+        ),
+        (
+            changed("gcp.spot_shutdown", {"seconds": 180}),
+            "gcp.spot_shutdown.seconds",
+            "Input should be less than or equal to 120",
+        ),
+        (
+            changed("gcp.spot_shutdown", {"seconds": 20, "critical_pods_seconds": 20}),
+            "gcp.spot_shutdown",
+            "critical_pods_seconds 20 leaves user pods nothing of the 20 s",
+        ),
+        (
+            changed("gcp.cluster.create.version", "1.34"),
+            "gcp.spot_shutdown",
+            "seconds 120 needs GKE 1.35.0-gke.1171000 or later; cluster version '1.34' allows "
+            "at most 30",
+        ),
+        (
+            changed("aws", stack_values("prod")["aws"]),
+            "aws",
+            "an AWS section in a 'gcp' stack; remove it",
+        ),
+        (changed("gcp", None), "gcp", "cloud 'gcp' needs this section"),
+        (
+            changed("cost_tags", {"CostCenter": "ML Platform"}),
+            "cost_tags",
+            "tags ['CostCenter'] are not GCP labels",
+        ),
+        (
+            changed("gcp.spot_gpu_quota", {"nvidia-h100": 8}),
+            "gcp.spot_gpu_quota",
+            "unknown accelerator type(s) ['nvidia-h100']",
+        ),
+        (
+            changed("alerts", {"emails": []}),
+            "gcp",
+            "spot_gpu_quota needs alerts.emails",
+        ),
+        (
+            changed("kubernetes", {"notice_seconds": 110}),
+            "gcp",
+            "kubernetes.notice_seconds 110 exceeds the 105 s",
+        ),
+        (
+            changed("gcp.cluster.create.network", {"pods_cidr": "10.8.0.0/13"}),
+            "gcp.cluster.create.network",
+            "nodes_cidr 10.10.0.0/20 overlaps pods_cidr 10.8.0.0/13",
+        ),
+        (
+            changed("gcp.cluster.create.network", {"pods_cidr": "10.10.0.0/14"}),
+            "gcp.cluster.create.network.pods_cidr",
+            "'10.10.0.0/14' is not an IPv4 network (10.10.0.0/14 has host bits set)",
+        ),
+        (
+            changed("gcp.cluster.create.network", {"services_cidr": "8.8.0.0/20"}),
+            "gcp.cluster.create.network.services_cidr",
+            "'8.8.0.0/20' is not a private (RFC 1918) range",
+        ),
+        (
+            changed("gcp.cluster.existing", {"name": "other", "version": "1.35"}),
+            "gcp.cluster",
+            "set exactly one of 'create' or 'existing'",
+        ),
+        (
+            changed("gcp.groups.platform_admin", ["platform-admins@example.com"]),
+            "gcp.groups.platform_admin[0]",
+            "does not match",
+        ),
+        (
+            changed("gcp.project", "Spot_Training"),
+            "gcp.project",
+            "does not match",
+        ),
+    ],
+)
+def test_bad_input_names_its_field(values, path, message):
+    (problem,) = problems(values)
+    assert problem[0] == path and message in problem[1], problem
+
+
+def test_gke_versions_order_and_the_extended_grace_threshold():
+    assert gke_version_key("1.35") < gke_version_key("1.35.0-gke.1171000")
+    assert gke_version_key("1.35.0-gke.1170999") < gke_version_key("1.35.0-gke.1171000")
+    assert gke_version_key("1.35.1-gke.100") > gke_version_key("1.35.0-gke.1171000")
+    assert extended_grace_supported("1.36") and not extended_grace_supported("1.35")
+    with pytest.raises(ValueError, match="not a GKE version"):
+        gke_version_key("v1.35")
+
+
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [
+        ("spot-training-checkpoints", False),
+        ("a.b_c-1", False),
+        ("ab", True),
+        ("-leading", True),
+        ("192.168.5.4", True),
+        ("goog-checkpoints", True),
+        ("x" * 64, True),
+        (".".join(["x" * 63] * 3), False),
+    ],
+)
+def test_gcs_bucket_names(name, refused):
+    assert (gcs_bucket_name_problem(name) is not None) == refused
+
+
+def test_a_bad_stack_stops_the_preview_with_one_line(tmp_path):
+    values = changed("zones", ["us-central1-a", "europe-west4-a"])
+    with pytest.raises(PreviewError) as caught:
+        preview_program(gcp_program_copy(tmp_path, "bad", values), "bad")
+    assert not caught.value.crashed
+    assert str(caught.value).splitlines() == [
+        "invalid stack config:",
+        "  spot-training:zones: zones ['europe-west4-a'] are not zones of region 'us-central1'",
+    ]

@@ -1,0 +1,75 @@
+"""The pack's verdict on the GCP stacks: clean as built, and each GCP rule catches the stack's own
+resources once they are broken."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from spot_policy_cases import PACK_DIR, resource
+from stack_files import GCP_PROGRAM, GCP_STACKS
+
+from spotctl.policy_analyzer import check_preview
+from spotctl.preview import preview_program
+
+
+@pytest.fixture(scope="module", params=GCP_STACKS)
+def gcp_preview(request):
+    return request.param, preview_program(GCP_PROGRAM, request.param)
+
+
+def test_every_gcp_stack_passes_with_no_violation(gcp_preview):
+    stack, resources = gcp_preview
+    report = check_preview(PACK_DIR, GCP_PROGRAM, stack, resources)
+    assert report.violations == []
+
+
+def break_regime(resource_):
+    inputs = resource_.inputs
+    if resource_.type == "gcp:storage/bucket:Bucket":
+        inputs = {
+            **inputs,
+            "versioning": {"enabled": False},
+            "publicAccessPrevention": "inherited",
+            "uniformBucketLevelAccess": False,
+        }
+    if resource_.type == "gcp:container/nodePool:NodePool":
+        config = {**inputs["nodeConfig"], "spot": True, "taints": []}
+        config["kubeletConfig"] = {"shutdownGracePeriodSeconds": 200}
+        inputs = {**inputs, "nodeConfig": config}
+    return dataclasses.replace(resource_, inputs=inputs)
+
+
+def test_the_pack_sees_the_gcp_stacks_own_resources(gcp_preview):
+    """Not vacuous: break the stack's real bucket and pool, and add a service account key."""
+    stack, resources = gcp_preview
+    key = resource("gcp:serviceaccount/key:Key", "leaked", {"serviceAccountId": "a"})
+    report = check_preview(PACK_DIR, GCP_PROGRAM, stack, [*map(break_regime, resources), key])
+    assert {v.policy for v in report.mandatory} == {
+        "gcs-bucket-versioning-enabled",
+        "gcs-bucket-public-access-prevented",
+        "gcs-bucket-uniform-access",
+        "gke-spot-pool-tainted",
+        "gke-spot-pool-shutdown-grace",
+        "gcp-no-service-account-keys",
+    }
+
+
+def test_advisory_gcp_rules_see_the_stacks_own_resources(gcp_preview):
+    stack, resources = gcp_preview
+    weakened = []
+    for r in resources:
+        if r.type == "gcp:kms/cryptoKey:CryptoKey":
+            r = dataclasses.replace(r, inputs={**r.inputs, "rotationPeriod": None})
+        if r.type == "gcp:storage/bucket:Bucket":
+            r = dataclasses.replace(r, inputs={**r.inputs, "softDeletePolicy": {}, "labels": {}})
+        if r.type == "pulumi:providers:gcp":
+            r = dataclasses.replace(r, inputs={**r.inputs, "defaultLabels": {}})
+        weakened.append(r)
+    report = check_preview(PACK_DIR, GCP_PROGRAM, stack, weakened)
+    assert {v.policy for v in report.violations} == {
+        "gcs-bucket-cmek",
+        "gcp-kms-key-rotation",
+        "gcs-bucket-soft-delete",
+        "gcp-cost-labels-present",
+    }
