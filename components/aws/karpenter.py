@@ -294,6 +294,8 @@ def controller_policy(
 @dataclass(frozen=True)
 class KarpenterArgs:
     cluster_name: pulumi.Input[str]
+    # Named, since the controller cannot ask IMDS for it (hop limit 1 keeps pods out).
+    region: str
     interruption_queue_name: pulumi.Input[str]
     node_role_name: pulumi.Input[str]
     subnet_ids: pulumi.Input[list[str]]
@@ -339,10 +341,11 @@ def controller_values(args: KarpenterArgs) -> dict:
         "replicas": args.controller_replicas,
         "nodeSelector": {"kubernetes.io/os": "linux", **args.controller_node_labels},
         "controller": {
+            "env": [{"name": "AWS_REGION", "value": args.region}],
             "resources": {
                 "requests": {"cpu": "500m", "memory": "1Gi"},
                 "limits": {"memory": "1Gi"},
-            }
+            },
         },
         "serviceMonitor": {"enabled": True, "additionalLabels": dict(args.monitor_labels)},
     }

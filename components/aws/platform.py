@@ -139,6 +139,7 @@ def build_aws(settings: StackConfig) -> Platform:
     stable = pools["stable"]
     karpenter = KarpenterArgs(
         cluster_name=cluster.name,
+        region=settings.region,
         interruption_queue_name=interruption.queue_name,
         node_role_name=karpenter_identity.node_role_name,
         subnet_ids=cluster.node_subnet_ids,

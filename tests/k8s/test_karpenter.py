@@ -160,6 +160,7 @@ def test_karpenter_args_refuse_an_unpinned_ami() -> None:
     with pytest.raises(ValueError, match="pin a version, not 'al2023@latest'"):
         KarpenterArgs(
             cluster_name="c",
+            region="us-west-2",
             interruption_queue_name="q",
             node_role_name="r",
             subnet_ids=[],

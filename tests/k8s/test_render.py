@@ -109,8 +109,10 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
     # Karpenter reads the stack's interruption queue; nothing else does.
     assert settings["interruptionQueue"].startswith("prod-interruptions-queue")
     assert settings["clusterName"] == PROD.aws.cluster.create.name
-    # The controller runs on the stable managed node group.
+    # The controller runs on the stable managed node group, and is told its region: with the
+    # hop limit of 1 it cannot ask IMDS.
     assert karpenter["values"]["nodeSelector"]["node-pool"] == "stable"
+    assert {"name": "AWS_REGION", "value": PROD.region} in karpenter["values"]["controller"]["env"]
     plugin = releases["nvidia-device-plugin"]
     assert plugin["version"] == "0.20.0"
     assert (
