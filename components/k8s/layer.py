@@ -52,7 +52,8 @@ class KubernetesLayer(pulumi.ComponentResource):
         config, platform = args.settings, args.platform
         s = config.kubernetes
         child = pulumi.ResourceOptions(parent=self)
-        addons = [build(f"{name}-{suffix}", child) for suffix, build in platform.addons.items()]
+        for suffix, build in platform.addons.items():
+            build(f"{name}-{suffix}", child)
         GpuAgents(
             f"{name}-gpus",
             GpuAgentsArgs(
@@ -92,8 +93,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                     child,
                 )
             )
-        # Custom resources also wait for the add-ons, which may install what they need.
-        after_namespaces = pulumi.ResourceOptions(parent=self, depends_on=namespaces + addons)
+        after_namespaces = pulumi.ResourceOptions(parent=self, depends_on=namespaces)
         KueueQueues(
             f"{name}-kueue",
             KueueArgs(

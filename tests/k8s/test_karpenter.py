@@ -172,6 +172,18 @@ def test_karpenter_args_refuse_an_unpinned_ami() -> None:
         )
 
 
+def test_karpenter_objects_wait_for_the_release_that_installs_their_crds(prod_preview) -> None:
+    by_urn = {r.urn: r for r in prod_preview}
+    (crds,) = [r for r in prod_preview if r.name.endswith("-karpenter-crd")]
+    (controller,) = [r for r in prod_preview if r.name.endswith("-karpenter-controller")]
+    assert crds.urn in controller.dependencies
+    objects = [r for r in prod_preview if r.type.startswith("kubernetes:karpenter.")]
+    assert len(objects) == 4 * len(PROD.gpu_classes)
+    for obj in objects:
+        assert {crds.urn, controller.urn} <= set(obj.dependencies), obj.name
+        assert by_urn[obj.parent].type == "spot:karpenter:Karpenter"
+
+
 def test_render_writes_karpenter_objects_after_their_charts(prod_render) -> None:
     _, out = prod_render
     names = sorted(p.name for p in (Path(out) / "manifests").iterdir())
