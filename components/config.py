@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,6 +21,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from components.capacity import capacity_problems
 
 # Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -43,11 +46,23 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
+class ClassQuota(Model):
+    """A team's GPUs of one class, by capacity type (Kueue's nominal quota)."""
+
+    spot_gpus: NonNegativeInt = Field(default=0, description="GPUs the team may use on spot.")
+    on_demand_gpus: NonNegativeInt = Field(
+        default=0, description="GPUs the team may use on on-demand."
+    )
+
+
 class Team(Model):
     name: str = Field(pattern=DNS_LABEL, description="Team name; also its cost tag value.")
     namespace: str = Field(pattern=DNS_LABEL, description="Kubernetes namespace of the team.")
-    spot_gpus: NonNegativeInt = Field(description="GPUs the team may use on spot capacity.")
-    on_demand_gpus: NonNegativeInt = Field(description="GPUs the team may use on on-demand.")
+    quotas: dict[Annotated[str, Field(pattern=DNS_LABEL)], ClassQuota] = Field(
+        min_length=1,
+        description="GPU quota per GPU class (a name in `gpu_classes`); the first class is the "
+        "one of the team's Job templates unless `kubernetes.templates.gpu_class` says otherwise.",
+    )
     checkpoint_prefix: str = Field(
         pattern=KEY_PREFIX, description="Key prefix in the checkpoint bucket owned by the team."
     )
@@ -55,6 +70,47 @@ class Team(Model):
         default="training",
         pattern=DNS_LABEL,
         description="Service account of the team's training pods, bound to its training role.",
+    )
+
+
+INSTANCE_TYPE = r"^[a-z0-9-]+\.[a-z0-9]+$"
+
+
+def _unique(value: list[str]) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError("instance types must be unique")
+    return value
+
+
+InstanceTypes = Annotated[
+    list[Annotated[str, Field(pattern=INSTANCE_TYPE)]],
+    Field(min_length=1),
+    AfterValidator(_unique),
+]
+
+
+class GpuClass(Model):
+    """GPUs of one accelerator model and memory, e.g. `a10g-24gb`: what teams request.
+
+    A class diversifies over instance sizes and zones, never across models: a job sized for one
+    model fails or crawls on another, and exact resume holds only on the same hardware. Its spot
+    capacity comes first; its on-demand capacity is the fallback when spot is dry.
+    """
+
+    name: str = Field(
+        pattern=DNS_LABEL, description="<gpu model>-<GiB per GPU>gb, as the catalog names them."
+    )
+    instance_types: InstanceTypes = Field(
+        description="Catalog types of this one accelerator, any size."
+    )
+    cpu_per_gpu: PositiveInt = Field(description="CPUs a pod requests (and Kueue counts) per GPU.")
+    memory_gib_per_gpu: PositiveInt = Field(description="Memory (GiB) a pod requests per GPU.")
+    spot_gpus: NonNegativeInt = Field(description="Most GPUs the class's spot pool may run.")
+    on_demand_gpus: NonNegativeInt = Field(
+        description="Most GPUs its on-demand pool may run: on-demand quotas plus spot fallback."
+    )
+    disk_size_gib: int = Field(
+        default=200, ge=20, le=16384, description="Root volume: images and local staging."
     )
 
 
@@ -119,21 +175,14 @@ class ScheduledSize(Model):
 
 
 class Pool(Model):
-    instance_types: list[Annotated[str, Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")]] = Field(
-        min_length=1
-    )
-    capacity_type: Literal["ON_DEMAND", "SPOT"]
+    """An EKS managed node group of on-demand instances."""
+
+    instance_types: InstanceTypes
+    capacity_type: Literal["ON_DEMAND"] = "ON_DEMAND"
     min_size: NonNegativeInt
     max_size: PositiveInt
     desired_size: NonNegativeInt
     disk_size_gib: int = Field(default=200, ge=20, le=16384)
-
-    @field_validator("instance_types")
-    @classmethod
-    def _unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("instance types must be unique")
-        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> Pool:
@@ -142,15 +191,7 @@ class Pool(Model):
 
 
 class StablePool(Pool):
-    capacity_type: Literal["ON_DEMAND"] = "ON_DEMAND"
-
-
-class SpotPool(Pool):
-    capacity_type: Literal["SPOT"] = "SPOT"
-    # Diversification is what keeps spot available: one dry type must not starve the pool.
-    instance_types: list[Annotated[str, Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")]] = Field(
-        min_length=3
-    )
+    """Coordination, controllers (Karpenter, Kueue) and checkpoint-critical services."""
 
 
 class BufferPool(Pool):
@@ -168,8 +209,10 @@ class BufferPool(Pool):
 
 
 class Pools(Model):
+    """The managed node groups: the stable tier, and optionally the scheduled buffer. GPU capacity
+    for training is provisioned per GPU class (`gpu_classes`)."""
+
     stable: StablePool
-    spot: SpotPool
     buffer: BufferPool | None = None
 
 
@@ -199,11 +242,30 @@ class CheckpointStorage(Model):
         return value
 
 
-class SpotGpuQuota(Model):
-    """Requested vCPU limits for spot GPU instance families (EC2 Service Quotas)."""
+class GpuVcpuQuota(Model):
+    """Requested vCPU limits of the GPU instance families (EC2 Service Quotas), for one capacity
+    type. Required for every family the stack's pools may launch: accounts start far below."""
 
-    p_family_vcpus: int | None = Field(default=None, ge=1, description="All P Spot Requests.")
-    g_family_vcpus: int | None = Field(default=None, ge=1, description="All G/VT Spot Requests.")
+    p_family_vcpus: int | None = Field(default=None, ge=1, description="P instances' vCPUs.")
+    g_family_vcpus: int | None = Field(default=None, ge=1, description="G and VT instances' vCPUs.")
+
+
+# Karpenter's alias of the NVIDIA-capable EKS AMI for Kubernetes 1.33, pinned: a new AMI is
+# rolled out by changing it (AMI drift), never by surprise.
+GPU_AMI_ALIAS = "al2023@v20251029"
+
+
+class GpuAmi(Model):
+    """The AMI of every GPU node. One CPU architecture: the training image is built for it."""
+
+    alias: str = Field(
+        default=GPU_AMI_ALIAS,
+        pattern=r"^(al2023|bottlerocket)@v[0-9.]+$",
+        description="Karpenter amiSelectorTerms alias, pinned to a version (never @latest).",
+    )
+    architecture: Literal["x86_64", "arm64"] = Field(
+        default="x86_64", description="CPU architecture of the GPU nodes and the training image."
+    )
 
 
 class Principals(Model):
@@ -232,7 +294,9 @@ class AwsConfig(Model):
     cluster: ClusterConfig
     pools: Pools
     checkpoint_storage: CheckpointStorage = Field(default_factory=CheckpointStorage)
-    spot_gpu_quota: SpotGpuQuota = Field(default_factory=SpotGpuQuota)
+    spot_gpu_quota: GpuVcpuQuota = Field(default_factory=GpuVcpuQuota)
+    on_demand_gpu_quota: GpuVcpuQuota = Field(default_factory=GpuVcpuQuota)
+    gpu_ami: GpuAmi = Field(default_factory=GpuAmi)
     principals: Principals
     alarms: Alarms = Field(default_factory=Alarms)
 
@@ -244,8 +308,13 @@ CLOUDS_WITH_COMPONENTS = ("aws",)
 
 # Seconds between a cloud's termination notice and the kill, for pods (GKE: 15 of its 30 s).
 NOTICE_SECONDS = {"aws": 120, "gcp": 15}
-# The notice sources the runtime watches on each cloud, besides SIGTERM.
-NOTICE_SOURCES = {"aws": ("sigterm", "aws"), "gcp": ("sigterm", "gce")}
+# How long after the notice the drain's SIGTERM may reach a pod. AWS: EventBridge, SQS and
+# Karpenter's drain stand between them (Karpenter measures it as
+# karpenter_interruption_message_queue_duration_seconds); GKE's graceful shutdown is on the node.
+NOTICE_LAG_SECONDS = {"aws": 20, "gcp": 0}
+# The notice sources the runtime watches on each cloud. AWS: SIGTERM only, since EKS nodes keep
+# the IMDS hop limit at 1 and a pod cannot reach IMDS.
+NOTICE_SOURCES = {"aws": ("sigterm",), "gcp": ("sigterm", "gce")}
 DURATION = r"^\d+(s|m|h)$"
 
 
@@ -255,7 +324,7 @@ class KueueConfig(Model):
     )
     cohort: str = Field(default="training", pattern=DNS_LABEL)
     borrow_spot_gpus: NonNegativeInt = Field(
-        default=0, description="Idle spot GPUs of other teams each team may borrow."
+        default=0, description="Idle spot GPUs of other teams each team may borrow, per class."
     )
     pods_ready_timeout: str = Field(
         default="10m", pattern=DURATION, description="Admitted but not running: requeue after."
@@ -289,7 +358,14 @@ class JobTemplateConfig(Model):
         min_length=1,
     )
     priority_class: Literal["training-standard", "training-preemptible"] = "training-preemptible"
-    gpus_per_node: int = Field(default=1, ge=0)
+    gpu_class: str | None = Field(
+        default=None,
+        pattern=DNS_LABEL,
+        description="GPU class of every team's templates; default: each team's first class.",
+    )
+    gpus_per_node: PositiveInt = Field(
+        default=1, description="GPUs per pod; CPU and memory follow from the class, per GPU."
+    )
     min_nodes: PositiveInt = 2
     max_nodes: PositiveInt = 4
     backoff_limit: NonNegativeInt = Field(
@@ -329,15 +405,23 @@ class KubernetesConfig(Model):
         default=None,
         description="Pod grace period = the cloud's notice; default AWS 120, GKE 15 (user pods).",
     )
+    notice_lag_seconds: NonNegativeInt | None = Field(
+        default=None,
+        description="How late a drain's SIGTERM may follow the cloud's notice; the runtime plans "
+        "its final save for notice - lag. Default AWS 20, GKE 0.",
+    )
     gpu_resource: str = "nvidia.com/gpu"
-    cpu_per_gpu: PositiveInt = Field(default=8, description="CPU quota that comes with a GPU.")
-    memory_gib_per_gpu: PositiveInt = Field(default=64, description="Memory quota per GPU.")
     kueue: KueueConfig = Field(default_factory=KueueConfig)
     templates: JobTemplateConfig = Field(default_factory=JobTemplateConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
 
     def notice_for(self, cloud: str) -> int:
         return self.notice_seconds or NOTICE_SECONDS[cloud]
+
+    def notice_lag_for(self, cloud: str) -> int:
+        if self.notice_lag_seconds is None:
+            return NOTICE_LAG_SECONDS[cloud]
+        return self.notice_lag_seconds
 
 
 class StackConfig(Model):
@@ -347,6 +431,7 @@ class StackConfig(Model):
     cloud: Literal["aws", "gcp"]
     region: str
     zones: list[str] = Field(min_length=1)
+    gpu_classes: list[GpuClass] = Field(min_length=1)
     teams: list[Team] = Field(min_length=1)
     alerts: Alerts = Field(default_factory=Alerts)
     cost_tags: dict[Annotated[str, Field(pattern=TAG_KEY)], str] = Field(default_factory=dict)
@@ -389,6 +474,14 @@ class StackConfig(Model):
         reserved = sorted(set(value) & set(RESERVED_TAGS))
         if reserved:
             raise ValueError(f"tags {reserved} are set by the platform; remove them")
+        return value
+
+    @field_validator("gpu_classes")
+    @classmethod
+    def _distinct_classes(cls, value: list[GpuClass]) -> list[GpuClass]:
+        names = [c.name for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"GPU class names must be unique, got {names}")
         return value
 
     @field_validator("teams")
@@ -435,13 +528,21 @@ class ConfigError(ValueError):
 
 
 def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
-    """Validate the raw config map (field -> decoded value); raise ConfigError on any problem."""
+    """Validate the raw config map (field -> decoded value); raise ConfigError on any problem.
+
+    The schema first; then, on a valid document, whether its capacity can run its jobs
+    (`components.capacity`: catalog, classes, quotas, fit).
+    """
     try:
-        return StackConfig.model_validate(raw)
+        config = StackConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(
             [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace
         ) from None
+    problems = capacity_problems(config)
+    if problems:
+        raise ConfigError(problems, namespace)
+    return config
 
 
 def _path(loc: tuple[str | int, ...]) -> str:

@@ -7,9 +7,14 @@ it never needs to know which cloud it runs on.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import pulumi
+
+# A cloud's own add-on on the cluster (its node provisioner, say), built by the Kubernetes layer
+# on its provider: called with a resource name and the options to build it with.
+ClusterAddon = Callable[[str, pulumi.ResourceOptions], pulumi.ComponentResource]
 
 
 @dataclass(frozen=True)
@@ -24,10 +29,16 @@ class Platform:
     # the runtime watches besides SIGTERM's.
     notice_seconds: int
     notice_sources: tuple[str, ...]
+    # How late the drain's SIGTERM may follow the notice (the runtime subtracts it).
+    notice_lag_seconds: int = 0
     # What the Kubernetes layer must wait for before it installs anything (the cluster, and the
     # nodes its releases schedule on).
     ready: list[pulumi.Resource] = field(default_factory=list)
     # Annotations the team's training service account needs for its workload identity, by team.
     service_account_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
-    # AWS: the queue the interruption handler reads; None where the cloud has none.
-    interruption_queue_url: pulumi.Input[str] | None = None
+    # Add-ons the Kubernetes layer builds first, by name suffix (EKS: Karpenter and its pools).
+    addons: Mapping[str, ClusterAddon] = field(default_factory=dict)
+    # Annotations every training pod carries, e.g. the provisioner's "never move a running pod".
+    training_pod_annotations: dict[str, str] = field(default_factory=dict)
+    # Whether the Kubernetes layer installs the NVIDIA device plugin (GKE brings its own).
+    needs_device_plugin: bool = True

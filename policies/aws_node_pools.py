@@ -1,5 +1,6 @@
-"""Spot node pools on EKS: tainted, so only checkpoint-capable jobs land there, and diversified, so
-one instance type or zone running dry does not empty the pool."""
+"""Node pools on EKS: spot ones tainted, so only checkpoint-capable jobs land there, and
+diversified, so one instance type or zone running dry does not empty the pool; and every node's
+instance metadata out of pods' reach."""
 
 from __future__ import annotations
 
@@ -43,6 +44,32 @@ def _check_diversified(args, report_violation, settings) -> None:
         )
 
 
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+EC2_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+
+
+def _check_imds(args, report_violation, settings) -> None:
+    """IMDSv2 only, with a hop limit that keeps pods (one hop further) out."""
+    if args.resource_type == LAUNCH_TEMPLATE:
+        options = args.props.get("metadataOptions") or {}
+        tokens, hops = dig(options, "httpTokens"), dig(options, "httpPutResponseHopLimit")
+    elif args.resource_type == EC2_NODE_CLASS:
+        # Karpenter's defaults when unset are required and 1.
+        options = dig(args.props, "spec", "metadataOptions", default={})
+        tokens = dig(options, "httpTokens", default="required")
+        hops = dig(options, "httpPutResponseHopLimit", default=1)
+    else:
+        return
+    if tokens != "required":
+        report_violation(f"'{args.name}' allows IMDSv1 (httpTokens is {tokens or 'unset'})")
+    if hops is None or hops > settings["maxHopLimit"]:
+        report_violation(
+            f"'{args.name}' lets IMDS answer "
+            f"{'the default' if hops is None else format(hops, 'g')} hop(s) away; above "
+            f"{settings['maxHopLimit']:g}, pods read the node role's credentials"
+        )
+
+
 POLICIES = [
     ResourceRule(
         "eks-spot-pool-tainted",
@@ -63,5 +90,15 @@ POLICIES = [
             "minInstanceTypes": {"type": "integer", "minimum": 1, "default": 3},
             "minSubnets": {"type": "integer", "minimum": 1, "default": 2},
         },
+    ),
+    ResourceRule(
+        "ec2-imds-pods-kept-out",
+        "Launch templates and Karpenter EC2NodeClasses require IMDSv2 tokens and a PUT response "
+        "hop limit of at most maxHopLimit.",
+        "With a hop limit of 2 every pod can read the node role's credentials; training pods learn "
+        "of a recall from the drain instead, with a deadline that allows for its lag.",
+        _check_imds,
+        MANDATORY,
+        config={"maxHopLimit": {"type": "integer", "minimum": 1, "default": 1}},
     ),
 ]

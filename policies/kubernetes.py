@@ -1,11 +1,12 @@
 """Kubernetes objects managed by the stack: services are never preempted by training, a
-spot-tolerating training job never counts a preemption as a failure, and Karpenter spot node pools
-are tainted and diversified like EKS ones."""
+spot-tolerating training job never counts a preemption as a failure, and Karpenter node pools are
+tainted and diversified like EKS ones, one accelerator model each, with a GPU limit."""
 
 from __future__ import annotations
 
 import re
 
+from components.catalog import catalog
 from policies.inputs import as_list, dig, of_type
 from policies.rule import ADVISORY, MANDATORY, ResourceRule, StackRule
 from policies.spot_workloads import (
@@ -130,6 +131,56 @@ def _check_karpenter_diversified(args, report_violation, settings) -> None:
                 )
 
 
+def _requirement(template, key: str):
+    return next((r for r in as_list(dig(template, "requirements")) if dig(r, "key") == key), None)
+
+
+def _gpu_node_pool(args):
+    """The node template of a Karpenter NodePool that launches GPU instances, else None: it
+    selects a GPU model, or lists instance types the catalog knows as GPU types."""
+    if args.resource_type != KARPENTER_NODE_POOL:
+        return None
+    template = dig(args.props, "spec", "template", "spec", default={})
+    types = catalog("aws").instance_types
+    listed = as_list(dig(_requirement(template, "node.kubernetes.io/instance-type"), "values"))
+    if _requirement(template, "karpenter.k8s.aws/instance-gpu-name") or any(
+        types[t].gpus for t in listed if t in types
+    ):
+        return template
+    return None
+
+
+def _check_one_accelerator(args, report_violation, _settings) -> None:
+    template = _gpu_node_pool(args)
+    if template is None:
+        return
+    names = _requirement(template, "karpenter.k8s.aws/instance-gpu-name")
+    if dig(names, "operator") != "In" or len(set(as_list(dig(names, "values")))) != 1:
+        report_violation(
+            f"Karpenter NodePool '{args.name}' launches GPUs without pinning one model "
+            "(karpenter.k8s.aws/instance-gpu-name In [<one model>])"
+        )
+    types = catalog("aws").instance_types
+    listed = as_list(dig(_requirement(template, "node.kubernetes.io/instance-type"), "values"))
+    accelerators = {types[t].accelerator for t in listed if t in types and types[t].gpus}
+    if len(accelerators) > 1:
+        report_violation(
+            f"Karpenter NodePool '{args.name}' lists instance types of "
+            f"{len(accelerators)} accelerators: "
+            + ", ".join(sorted(f"{model} {gib} GB" for model, gib in accelerators))
+        )
+
+
+def _check_gpu_limit(args, report_violation, _settings) -> None:
+    if _gpu_node_pool(args) is None:
+        return
+    if dig(args.props, "spec", "limits", "nvidia.com/gpu") is None:
+        report_violation(
+            f"Karpenter NodePool '{args.name}' has no limit on nvidia.com/gpu: nothing bounds "
+            "what it launches against the quotas the stack checked"
+        )
+
+
 POLICIES = [
     StackRule(
         "k8s-services-priority-not-preemptible",
@@ -178,5 +229,23 @@ POLICIES = [
             "minInstanceTypes": {"type": "integer", "minimum": 1, "default": 3},
             "minZones": {"type": "integer", "minimum": 1, "default": 2},
         },
+    ),
+    ResourceRule(
+        "karpenter-gpu-pool-one-accelerator",
+        "Karpenter NodePools that launch GPU instances pin one GPU model "
+        "(karpenter.k8s.aws/instance-gpu-name In [one value]) and list instance types of one "
+        "accelerator model and memory (components/catalog.yaml).",
+        "A job sized for one GPU fails or crawls on another, a DDP gang is gated by its slowest "
+        "node, and exact resume holds only on the same hardware.",
+        _check_one_accelerator,
+        MANDATORY,
+    ),
+    ResourceRule(
+        "karpenter-gpu-pool-limited",
+        "Karpenter NodePools that launch GPU instances set spec.limits on nvidia.com/gpu.",
+        "The stack checks team quotas against pool limits and pool limits against the EC2 "
+        "service quotas; an unbounded pool escapes both and the bill.",
+        _check_gpu_limit,
+        ADVISORY,
     ),
 ]

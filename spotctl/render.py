@@ -43,6 +43,9 @@ KIND_ORDER = (
     "ResourceFlavor",
     "ClusterQueue",
     "LocalQueue",
+    # A NodePool names its EC2NodeClass.
+    "EC2NodeClass",
+    "NodePool",
 )
 
 

@@ -48,6 +48,8 @@ class Cluster(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]
     certificate_authority: pulumi.Output[str]
     node_subnet_ids: pulumi.Output[list[str]]
+    # The security group EKS gives the cluster; managed node groups put their nodes in it.
+    node_security_group_ids: pulumi.Output[list[str]]
     kubeconfig: pulumi.Output[str]
 
     def __init__(
@@ -69,6 +71,7 @@ class Cluster(pulumi.ComponentResource):
                 "arn": self.arn,
                 "endpoint": self.endpoint,
                 "node_subnet_ids": self.node_subnet_ids,
+                "node_security_group_ids": self.node_security_group_ids,
                 "kubeconfig": self.kubeconfig,
             }
         )
@@ -142,6 +145,9 @@ class Cluster(pulumi.ComponentResource):
         self.endpoint = cluster.endpoint
         self.certificate_authority = cluster.certificate_authority.apply(lambda ca: ca.data)
         self.node_subnet_ids = network.private_subnet_ids
+        self.node_security_group_ids = cluster.vpc_config.apply(
+            lambda vpc: [vpc.cluster_security_group_id]
+        )
 
     def _attach(self, existing: ExistingCluster) -> None:
         found = aws.eks.get_cluster_output(
@@ -151,6 +157,9 @@ class Cluster(pulumi.ComponentResource):
         self.endpoint = found.endpoint
         self.certificate_authority = found.certificate_authorities.apply(lambda cas: cas[0].data)
         self.node_subnet_ids = pulumi.Output.from_input(list(existing.subnet_ids))
+        self.node_security_group_ids = found.vpc_config.apply(
+            lambda vpc: [vpc.cluster_security_group_id]
+        )
 
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:

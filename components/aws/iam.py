@@ -30,7 +30,7 @@ ROLE_CLUSTER_ACCESS = {
 }
 
 
-def _trust(principal: dict) -> str:
+def trust_policy(principal: dict) -> str:
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -63,7 +63,7 @@ class NodeRole(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         role = aws.iam.Role(
             name,
-            assume_role_policy=_trust({"Service": "ec2.amazonaws.com"}),
+            assume_role_policy=trust_policy({"Service": "ec2.amazonaws.com"}),
             tags=args.tags,
             opts=child,
         )
@@ -164,7 +164,7 @@ class PlatformRoles(pulumi.ComponentResource):
                 continue
             role = aws.iam.Role(
                 f"{name}-{role_name}",
-                assume_role_policy=_trust({"AWS": sorted(allowed)}),
+                assume_role_policy=trust_policy({"AWS": sorted(allowed)}),
                 max_session_duration=3600,
                 tags=args.tags,
                 opts=child,
@@ -233,7 +233,7 @@ class TeamTrainingRole(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         role = aws.iam.Role(
             name,
-            assume_role_policy=_trust({"Service": "pods.eks.amazonaws.com"}),
+            assume_role_policy=trust_policy({"Service": "pods.eks.amazonaws.com"}),
             tags=args.tags,
             opts=child,
         )

@@ -1,5 +1,7 @@
-"""Interruption plumbing: EventBridge rules into one SQS queue, for the node termination
-handler in queue mode (it cordons and drains a node as soon as its recall is announced)."""
+"""Interruption plumbing: EventBridge rules into one SQS queue, which Karpenter's interruption
+handling reads. On a spot interruption warning, a scheduled maintenance or an instance stopping,
+Karpenter taints and drains the node and starts a replacement; a rebalance recommendation it
+only records (an event), so it never drains a training run: the runtime saves and trains on."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-# Rule suffix -> EventBridge pattern. These are the events the handler acts on in queue mode.
+# Rule suffix -> EventBridge pattern: the events Karpenter's interruption handling reads.
 EVENT_PATTERNS = {
     "spot-interruption": {
         "source": ["aws.ec2"],
@@ -18,10 +20,6 @@ EVENT_PATTERNS = {
     "rebalance": {
         "source": ["aws.ec2"],
         "detail-type": ["EC2 Instance Rebalance Recommendation"],
-    },
-    "asg-lifecycle": {
-        "source": ["aws.autoscaling"],
-        "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
     },
     "state-change": {
         "source": ["aws.ec2"],
@@ -38,17 +36,7 @@ MESSAGE_RETENTION_SECONDS = 300
 
 
 @dataclass(frozen=True)
-class HandlerIdentity:
-    """Where the node termination handler runs; its service account gets a Pod Identity role."""
-
-    cluster_name: pulumi.Input[str]
-    namespace: str
-    service_account: str
-
-
-@dataclass(frozen=True)
 class InterruptionQueueArgs:
-    handler: HandlerIdentity | None = None
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -74,7 +62,7 @@ class InterruptionQueue(pulumi.ComponentResource):
         for suffix, pattern in EVENT_PATTERNS.items():
             rule = aws.cloudwatch.EventRule(
                 f"{name}-{suffix}",
-                description=f"{suffix} events for the node termination handler",
+                description=f"{suffix} events for Karpenter's interruption handling",
                 event_pattern=json.dumps(pattern),
                 tags=args.tags,
                 opts=child,
@@ -113,70 +101,8 @@ class InterruptionQueue(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        if args.handler is not None:
-            self._handler_role(name, args, queue)
         self.queue_url, self.queue_arn, self.queue_name = queue.url, queue.arn, queue.name
         self.rule_names = {suffix: rule.name for suffix, rule in rules.items()}
         self.register_outputs(
             {"queue_url": self.queue_url, "queue_arn": self.queue_arn, **self.rule_names}
-        )
-
-    def _handler_role(self, name: str, args: InterruptionQueueArgs, queue: aws.sqs.Queue) -> None:
-        """What the handler needs in queue mode: consume this queue, look up the instance,
-        and let its ASG go on once the node is drained."""
-        child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(
-            f"{name}-handler",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "pods.eks.amazonaws.com"},
-                            "Action": ["sts:AssumeRole", "sts:TagSession"],
-                        }
-                    ],
-                }
-            ),
-            tags=args.tags,
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-handler",
-            role=role.id,
-            policy=pulumi.Output.json_dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Sid": "ConsumeQueue",
-                            "Effect": "Allow",
-                            "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
-                            "Resource": queue.arn,
-                        },
-                        {
-                            "Sid": "ResolveAndReleaseInstances",
-                            "Effect": "Allow",
-                            "Action": [
-                                "ec2:DescribeInstances",
-                                "autoscaling:DescribeAutoScalingInstances",
-                                "autoscaling:DescribeTags",
-                                "autoscaling:CompleteLifecycleAction",
-                            ],
-                            "Resource": "*",
-                        },
-                    ],
-                }
-            ),
-            opts=child,
-        )
-        aws.eks.PodIdentityAssociation(
-            f"{name}-handler",
-            cluster_name=args.handler.cluster_name,
-            namespace=args.handler.namespace,
-            service_account=args.handler.service_account,
-            role_arn=role.arn,
-            tags=args.tags,
-            opts=child,
         )

@@ -1,13 +1,11 @@
-"""Node pools as EKS managed node groups, one component per tier.
+"""The fixed tiers (stable, buffer) as EKS managed node groups, one component per tier.
 
 `ManagedNodeGroupPool` is the EKS implementation of the cloud-neutral `PoolSpec` contract
-(components/pools.py); a Karpenter implementation would take the same spec and expose the same
-`NodePool` outputs.
+(components/pools.py). GPU capacity for training is Karpenter's (components/aws/karpenter.py).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import pulumi
@@ -15,11 +13,22 @@ import pulumi_aws as aws
 
 from components.pools import PoolSpec
 
-MIN_SPOT_INSTANCE_TYPES = 3
-# EKS spells the taint effect in its own enum.
-EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
-# NVIDIA GPU instance families (p3..p6, g4dn..g6e): these nodes need the NVIDIA AMI.
-NVIDIA_FAMILY = re.compile(r"^(p|g)\d")
+# EKS AMI type by CPU architecture and whether the node needs NVIDIA drivers.
+AMI_TYPES = {
+    ("x86_64", False): "AL2023_x86_64_STANDARD",
+    ("x86_64", True): "AL2023_x86_64_NVIDIA",
+    ("arm64", False): "AL2023_ARM_64_STANDARD",
+    ("arm64", True): "AL2023_ARM_64_NVIDIA",
+}
+
+ROOT_DEVICE = "/dev/xvda"  # the AL2023 AMIs' root volume
+# IMDSv2 only, and a hop limit of 1: a pod (one network hop further) can neither reach IMDS nor
+# read the node role's credentials through it. Training pods learn of a recall from the drain.
+IMDS_OPTIONS = {
+    "http_endpoint": "enabled",
+    "http_tokens": "required",
+    "http_put_response_hop_limit": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -32,18 +41,9 @@ class ManagedNodeGroupPoolArgs:
 
     def __post_init__(self) -> None:
         spec = self.spec
-        if spec.capacity == "spot" and len(spec.instance_types) < MIN_SPOT_INSTANCE_TYPES:
+        if (spec.architecture, spec.gpus) not in AMI_TYPES:
             raise ValueError(
-                f"ManagedNodeGroupPoolArgs.spec.instance_types: a spot pool needs at least "
-                f"{MIN_SPOT_INSTANCE_TYPES} instance types, got {list(spec.instance_types)}"
-            )
-        if spec.capacity == "spot" and not spec.taints:
-            raise ValueError("ManagedNodeGroupPoolArgs.spec.taints: a spot pool must be tainted")
-        kinds = {bool(NVIDIA_FAMILY.match(t)) for t in spec.instance_types}
-        if len(kinds) > 1:
-            raise ValueError(
-                "ManagedNodeGroupPoolArgs.spec.instance_types: do not mix GPU and CPU types in "
-                f"one pool (they need different AMIs): {list(spec.instance_types)}"
+                f"ManagedNodeGroupPoolArgs.spec.architecture: no EKS AMI for {spec.architecture!r}"
             )
         if not spec.min_size <= spec.desired_size <= spec.max_size:
             raise ValueError(
@@ -63,16 +63,38 @@ class ManagedNodeGroupPool(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:nodepools:ManagedNodeGroupPool", name, None, opts)
         self.spec = spec = args.spec
-        gpu = bool(NVIDIA_FAMILY.match(spec.instance_types[0]))
+        # Node group tags stay on the node group; a launch template's tag specifications reach
+        # the instances and their volumes, so the bill splits by team, env and capacity.
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-template",
+            description=f"{spec.tier} nodes: encrypted root volume, IMDSv2 with hop limit 1",
+            block_device_mappings=[
+                {
+                    "device_name": ROOT_DEVICE,
+                    "ebs": {
+                        "volume_size": spec.disk_size_gib,
+                        "volume_type": "gp3",
+                        "encrypted": "true",
+                        "delete_on_termination": "true",
+                    },
+                }
+            ],
+            metadata_options=IMDS_OPTIONS,
+            tag_specifications=[
+                {"resource_type": kind, "tags": args.tags} for kind in ("instance", "volume")
+            ],
+            tags=args.tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         group = aws.eks.NodeGroup(
             f"{name}-nodes",
             cluster_name=args.cluster_name,
             node_role_arn=args.node_role_arn,
             subnet_ids=args.subnet_ids,
-            capacity_type="SPOT" if spec.capacity == "spot" else "ON_DEMAND",
+            capacity_type="ON_DEMAND",
             instance_types=list(spec.instance_types),
-            ami_type="AL2023_x86_64_NVIDIA" if gpu else "AL2023_x86_64_STANDARD",
-            disk_size=spec.disk_size_gib,
+            ami_type=AMI_TYPES[(spec.architecture, spec.gpus)],
+            launch_template={"id": template.id, "version": template.latest_version.apply(str)},
             scaling_config={
                 "min_size": spec.min_size,
                 "max_size": spec.max_size,
@@ -80,12 +102,8 @@ class ManagedNodeGroupPool(pulumi.ComponentResource):
             },
             update_config={"max_unavailable_percentage": 33},
             labels=spec.labels,
-            taints=[
-                {"key": t.key, "value": t.value, "effect": EKS_TAINT_EFFECT[t.effect]}
-                for t in spec.taints
-            ],
             tags=args.tags,
-            # The cluster autoscaler and the buffer schedule own the size after creation.
+            # The buffer's schedule owns its size after creation.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
         )
         self.name = group.node_group_name

@@ -14,21 +14,28 @@ from components.aws.iam import (
     TeamTrainingRole,
     TeamTrainingRoleArgs,
 )
-from components.aws.interruption import HandlerIdentity, InterruptionQueue, InterruptionQueueArgs
+from components.aws.interruption import InterruptionQueue, InterruptionQueueArgs
+from components.aws.karpenter import (
+    DO_NOT_DISRUPT,
+    Karpenter,
+    KarpenterArgs,
+    KarpenterIdentity,
+    KarpenterIdentityArgs,
+)
 from components.aws.nodepools import ManagedNodeGroupPool, ManagedNodeGroupPoolArgs
 from components.aws.observability import Observability, ObservabilityArgs
-from components.aws.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
+from components.aws.quotas import GpuQuotas, GpuQuotasArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
-from components.config import NOTICE_SOURCES, StackConfig
-from components.k8s import termination_handler
+from components.config import NOTICE_SOURCES, GpuVcpuQuota, StackConfig
 from components.platform import Platform
-from components.pools import pool_specs
+from components.pools import CAPACITIES, class_pools, pool_specs
 from components.tags import cost_tags
 
 
 def build_aws(settings: StackConfig) -> Platform:
     """Network, cluster, pools, checkpoint bucket, identities, quotas, interruption plumbing and
-    alarms of an AWS stack; the Kubernetes layer gets them as one `Platform`."""
+    alarms of an AWS stack; the Kubernetes layer gets them as one `Platform`, with Karpenter and
+    its GPU pools as an add-on it builds on the cluster."""
     aws_config, env = settings.aws, settings.environment
     tags = cost_tags(settings.cost_tags, env)
     provider = aws.Provider("aws", region=settings.region, default_tags={"tags": tags})
@@ -58,7 +65,7 @@ def build_aws(settings: StackConfig) -> Platform:
             ),
             opts=opts,
         )
-        for spec in pool_specs(aws_config.pools)
+        for spec in pool_specs(settings)
     }
     storage = aws_config.checkpoint_storage
     bucket = CheckpointBucket(
@@ -106,23 +113,46 @@ def build_aws(settings: StackConfig) -> Platform:
         ),
         opts=opts,
     )
-    quota = aws_config.spot_gpu_quota
-    SpotGpuQuotas(
-        f"{env}-spot-quotas",
-        SpotGpuQuotasArgs(p_family_vcpus=quota.p_family_vcpus, g_family_vcpus=quota.g_family_vcpus),
+    GpuQuotas(
+        f"{env}-gpu-quotas",
+        GpuQuotasArgs(
+            vcpus=requested_vcpus(
+                {"spot": aws_config.spot_gpu_quota, "on-demand": aws_config.on_demand_gpu_quota}
+            )
+        ),
         opts=opts,
     )
     interruption = InterruptionQueue(
-        f"{env}-interruptions",
-        InterruptionQueueArgs(
-            handler=HandlerIdentity(
-                cluster_name=cluster.name,
-                namespace=termination_handler.NAMESPACE,
-                service_account=termination_handler.SERVICE_ACCOUNT,
-            ),
+        f"{env}-interruptions", InterruptionQueueArgs(tags=tags), opts=opts
+    )
+    karpenter_identity = KarpenterIdentity(
+        f"{env}-karpenter-identity",
+        KarpenterIdentityArgs(
+            cluster_name=cluster.name,
+            cluster_arn=cluster.arn,
+            region=settings.region,
+            interruption_queue_arn=interruption.queue_arn,
             tags=tags,
         ),
         opts=opts,
+    )
+    stable = pools["stable"]
+    karpenter = KarpenterArgs(
+        cluster_name=cluster.name,
+        region=settings.region,
+        interruption_queue_name=interruption.queue_name,
+        node_role_name=karpenter_identity.node_role_name,
+        subnet_ids=cluster.node_subnet_ids,
+        security_group_ids=cluster.node_security_group_ids,
+        pools=tuple(class_pools(settings)),
+        zones=tuple(settings.zones),
+        ami_alias=aws_config.gpu_ami.alias,
+        notice_seconds=settings.kubernetes.notice_for("aws"),
+        tags={c: cost_tags(settings.cost_tags, env, capacity=c) for c in CAPACITIES},
+        controller_node_labels=stable.spec.labels,
+        # Two replicas on two stable nodes (the chart spreads them across nodes), one on one.
+        controller_replicas=min(2, stable.spec.min_size),
+        monitor_labels=settings.kubernetes.monitoring.prometheus_selector_labels,
     )
     alarms = aws_config.alarms
     observability = Observability(
@@ -165,6 +195,22 @@ def build_aws(settings: StackConfig) -> Platform:
         },
         notice_seconds=settings.kubernetes.notice_for("aws"),
         notice_sources=NOTICE_SOURCES["aws"],
-        ready=[cluster],
-        interruption_queue_url=interruption.queue_url,
+        notice_lag_seconds=settings.kubernetes.notice_lag_for("aws"),
+        # Karpenter's controller runs on the stable nodes: nothing installs before they exist.
+        ready=[cluster, stable],
+        addons={"karpenter": lambda name, opts: Karpenter(name, karpenter, opts)},
+        training_pod_annotations=DO_NOT_DISRUPT,
     )
+
+
+def requested_vcpus(quotas: dict[str, GpuVcpuQuota]) -> dict[tuple[str, str], int]:
+    """(capacity, family) -> vCPUs, for the quotas the config requests."""
+    return {
+        (capacity, family): vcpus
+        for capacity, quota in quotas.items()
+        for family, vcpus in (
+            ("p-family", quota.p_family_vcpus),
+            ("g-family", quota.g_family_vcpus),
+        )
+        if vcpus is not None
+    }

@@ -2,8 +2,8 @@
 
 Sources: the training runtime (spotsafe_*), Kueue (kueue_*, per-flavor usage enabled in its
 configuration), kube-state-metrics (node labels `capacity-type` must be on its label allowlist)
-and the NVIDIA DCGM exporter. Savings price the spot GPU-hours Kueue admitted at the difference
-between the configured on-demand and spot GPU-hour prices.
+and the NVIDIA DCGM exporter. Savings price the GPU-hours pods held on spot nodes at the
+difference between the configured on-demand and spot GPU-hour prices.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ class DashboardArgs:
     namespace: str
     on_demand_gpu_hour_usd: float
     spot_gpu_hour_usd: float
-    gpu_resource: str = "nvidia.com/gpu"
     # Labels Grafana's dashboard sidecar selects ConfigMaps by.
     sidecar_labels: dict[str, str] = field(default_factory=lambda: {"grafana_dashboard": "1"})
 
@@ -56,8 +55,11 @@ def _panel(
 def dashboard(args: DashboardArgs) -> dict:
     """The dashboard model (Grafana schema 39)."""
     saving = round(args.on_demand_gpu_hour_usd - args.spot_gpu_hour_usd, 6)
+    # GPUs that pods hold on spot nodes, from the nodes' own label: a job that Kueue admitted
+    # to a spot flavor but that runs on on-demand (spot was dry) saves nothing.
     spot_gpus = (
-        f'sum(kueue_cluster_queue_resource_usage{{flavor="spot", resource="{args.gpu_resource}"}})'
+        f'sum(kube_pod_container_resource_requests{{resource="{KSM_GPU}"}}'
+        f' * on (node) group_left () kube_node_labels{{{NODE_CAPACITY}="spot"}})'
     )
     requested = (
         f'sum by ({NODE_CAPACITY}) (kube_pod_container_resource_requests{{resource="{KSM_GPU}"}}'
@@ -128,14 +130,10 @@ def dashboard(args: DashboardArgs) -> dict:
             kind="stat",
         ),
         _panel(
-            "Kueue: pending workloads and on-demand fallback GPUs",
+            "Kueue: pending workloads, and training GPUs on on-demand nodes",
             [
                 ("sum by (cluster_queue) (kueue_pending_workloads)", "pending {{cluster_queue}}"),
-                (
-                    "sum by (cluster_queue) (kueue_cluster_queue_resource_usage"
-                    f'{{flavor="on-demand", resource="{args.gpu_resource}"}})',
-                    "on-demand GPUs {{cluster_queue}}",
-                ),
+                ("namespace:training_gpus_on_demand:sum", "on-demand GPUs {{namespace}}"),
             ],
             "short",
             0,

@@ -7,8 +7,12 @@ per-team template ConfigMaps, `spotctl render` and the tests.
   resume me" exit code, so neither uses up `backoffLimit`; every other failure counts.
 - podReplacementPolicy `Failed`: a replacement starts only once the old pod has stopped, so a
   draining pod and its successor never write checkpoints at the same time.
-- The pod tolerates the spot taint and prefers spot nodes; Kueue's flavor assignment adds the
-  hard node selector of the flavor it admitted the job to (spot, or on-demand as fallback).
+- The pod selects its GPU class's nodes, tolerates the spot taint and prefers spot nodes; Kueue's
+  flavor assignment adds the node labels of the flavor it admitted the job to (the class's spot
+  flavor, or its on-demand one as the fallback). The provisioner's "never move a running pod"
+  annotation comes from the platform (Karpenter's do-not-disrupt on EKS).
+- The runtime is told its notice sources, its SIGTERM grace and the drain's lag behind the
+  cloud's notice, so its final save is planned for the time the node really has left.
 - The run is named by the Job: CHECKPOINT_URI is `<team checkpoint root>/<job name>`, so
   resubmitting a Job with the same name resumes that run.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from components.k8s.placement import Placement
+from components.k8s.placement import SPOT_PREFERENCE, Placement
 
 # The runtime exits with EX_TEMPFAIL when it stopped for a preemption after a final save.
 PREEMPTED_EXIT_CODE = 75
@@ -49,8 +53,10 @@ class TrainingJobSpec:
     image: str
     command: tuple[str, ...]
     notice_seconds: int
-    spot: Placement
+    # The GPU class's spot-first placement (components.k8s.placement.class_placement).
+    placement: Placement
     notice_sources: tuple[str, ...] = ("sigterm",)
+    notice_lag_seconds: int = 0
     gpus: int = 1
     cpu: str = "8"
     memory: str = "64Gi"
@@ -59,10 +65,17 @@ class TrainingJobSpec:
     shm_size: str = "16Gi"
     backoff_limit: int = 3
     labels: dict[str, str] = field(default_factory=dict)
+    # Pod annotations, e.g. the provisioner's "never move a running pod".
+    annotations: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.notice_seconds < 1:
             raise ValueError(f"notice_seconds must be positive, got {self.notice_seconds}")
+        if not 0 <= self.notice_lag_seconds < self.notice_seconds:
+            raise ValueError(
+                f"notice_lag_seconds must be in [0, {self.notice_seconds}), "
+                f"got {self.notice_lag_seconds}"
+            )
         if self.backoff_limit < 0:
             raise ValueError(f"backoff_limit must be >= 0, got {self.backoff_limit}")
         if not self.command:
@@ -144,7 +157,10 @@ def _job(spec: TrainingJobSpec, pod_spec: dict, completions: int | None) -> dict
                 },
             ]
         },
-        "template": {"metadata": {"labels": _labels(spec)}, "spec": pod_spec},
+        "template": {
+            "metadata": {"labels": _labels(spec), "annotations": dict(spec.annotations)},
+            "spec": pod_spec,
+        },
     }
     if completions is not None:
         job_spec["completions"] = completions
@@ -168,11 +184,12 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
         # The workload identity arrives through its own projected token, not the API token.
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": spec.notice_seconds,
-        "tolerations": spec.spot.tolerations(),
+        "nodeSelector": dict(spec.placement.node_labels),
+        "tolerations": spec.placement.tolerations(),
         "affinity": {
             "nodeAffinity": {
                 "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 100, "preference": spec.spot.node_selector_term()}
+                    {"weight": 100, "preference": SPOT_PREFERENCE.node_selector_term()}
                 ]
             }
         },
@@ -197,9 +214,11 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
                         },
                     },
                     {"name": "CHECKPOINT_URI", "value": f"{spec.checkpoint_root}/$(RUN_NAME)"},
-                    # The runtime's notice sources, and the SIGTERM deadline it plans its save by.
+                    # The runtime's notice sources, and the SIGTERM deadline it plans its save by:
+                    # the grace, less the drain's lag behind the cloud's notice.
                     {"name": "SPOTSAFE_NOTICE_SOURCES", "value": ",".join(spec.notice_sources)},
                     {"name": "SPOTSAFE_SIGTERM_GRACE_S", "value": str(spec.notice_seconds)},
+                    {"name": "SPOTSAFE_SIGTERM_LAG_S", "value": str(spec.notice_lag_seconds)},
                 ],
                 "ports": [
                     {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}

@@ -1,11 +1,21 @@
-"""Kueue: spot first, then on-demand; a cohort for borrowing between teams; waiting jobs stay alive.
+"""Kueue on the GPU class model: per class a spot flavor and an on-demand flavor, quotas per class
+per team, a cohort for borrowing idle spot, and waiting jobs that stay alive.
 
-Kueue assigns flavors by quota. A ClusterQueue lists spot before on-demand, so a workload takes spot
-quota (its own, or idle spot borrowed from the cohort) and moves to on-demand only when spot would
-need preemption. When spot quota is free but the cloud has no spot nodes, the pods stay Pending:
-`waitForPodsReady` evicts the workload after `pods_ready_timeout`, and the requeuing strategy puts
-it back in line, at its original place and without a retry limit, so it is never deactivated
-while spot is dry. The runbook `JobPendingOnSpotTooLong` shows how to send it to on-demand.
+A team's ClusterQueue lists, per class, its spot flavor before its on-demand flavor. A job of a
+class (its pods select the class's nodes) takes spot quota (its team's, or idle spot borrowed
+from the cohort) and on-demand quota only when spot quota would need preemption.
+
+Kueue assigns flavors by quota alone; it cannot tell whether the cloud has spot instances. So
+the spot flavor selects the class, not the capacity type: its pods prefer spot nodes and
+tolerate them, and when spot is dry the provisioner (Karpenter's spot-then-on-demand order)
+starts them on the class's on-demand nodes within seconds. Kueue then still counts them as spot
+quota: that is the one place where its accounting and the capacity differ, and the alert
+JobRunningOnFallbackTooLong measures it from the nodes' capacity-type label. The on-demand
+flavor is pinned to on-demand nodes.
+
+If no capacity at all comes (both pools dry or at their limits), `waitForPodsReady` evicts the
+workload after `pods_ready_timeout` and requeues it, at its original place and without a retry
+limit, so it is never deactivated.
 """
 
 from __future__ import annotations
@@ -13,49 +23,72 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pulumi
-import pulumi_kubernetes as k8s
 import yaml
 
 from components.config import KueueConfig
-from components.k8s.placement import Placement
+from components.k8s.objects import Chart, custom_resource, helm_release
+from components.k8s.placement import class_placement
+from components.pools import CAPACITIES, Capacity
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
-CHART = "oci://registry.k8s.io/kueue/charts/kueue"
-CHART_VERSION = "0.19.2"
+CHART = Chart("kueue", "oci://registry.k8s.io/kueue/charts/kueue", "0.19.2")
 NAMESPACE = "kueue-system"
-SPOT_FLAVOR = "spot"
-ON_DEMAND_FLAVOR = "on-demand"
 LOCAL_QUEUE = "training"
+
+
+def flavor_name(gpu_class: str, capacity: Capacity) -> str:
+    return f"{gpu_class}-{capacity}"
+
+
+@dataclass(frozen=True)
+class KueueClass:
+    """A GPU class as Kueue counts it: GPUs, with the CPU and memory each GPU comes with."""
+
+    name: str
+    cpu_per_gpu: int
+    memory_gib_per_gpu: int
+
+
+@dataclass(frozen=True)
+class ClassQuota:
+    spot_gpus: int = 0
+    on_demand_gpus: int = 0
 
 
 @dataclass(frozen=True)
 class TeamQueue:
     team: str
     namespace: str
-    spot_gpus: int
-    on_demand_gpus: int
-    # Idle spot GPUs of other teams this team may borrow; on-demand is never borrowed (it costs).
+    # Nominal quota by class name; classes not listed get none (but may borrow idle spot).
+    quotas: dict[str, ClassQuota]
+    # Idle spot GPUs of other teams this team may borrow, per class; on-demand is never
+    # borrowed (it costs).
     borrow_spot_gpus: int = 0
 
 
 @dataclass(frozen=True)
 class KueueArgs:
     teams: tuple[TeamQueue, ...]
-    spot: Placement
-    on_demand: Placement
-    cpu_per_gpu: int
-    memory_gib_per_gpu: int
+    classes: tuple[KueueClass, ...]
     gpu_resource: str = "nvidia.com/gpu"
     settings: KueueConfig = field(default_factory=KueueConfig)
 
     def __post_init__(self) -> None:
         if not self.teams:
             raise ValueError("Kueue needs at least one team")
+        if not self.classes:
+            raise ValueError("Kueue needs at least one GPU class")
+        names = {c.name for c in self.classes}
         for team in self.teams:
-            for attr in ("spot_gpus", "on_demand_gpus", "borrow_spot_gpus"):
-                if getattr(team, attr) < 0:
-                    raise ValueError(f"team {team.team!r}: {attr} must be >= 0")
+            unknown = sorted(set(team.quotas) - names)
+            if unknown:
+                raise ValueError(f"team {team.team!r}: quota of unknown classes {unknown}")
+            amounts = [team.borrow_spot_gpus] + [
+                n for q in team.quotas.values() for n in (q.spot_gpus, q.on_demand_gpus)
+            ]
+            if any(n < 0 for n in amounts):
+                raise ValueError(f"team {team.team!r}: quotas must be >= 0")
 
 
 def kueue_configuration(settings: KueueConfig) -> dict:
@@ -85,32 +118,50 @@ def kueue_configuration(settings: KueueConfig) -> dict:
     }
 
 
-def resource_flavor(name: str, placement: Placement) -> dict:
+def resource_flavor(gpu_class: str, capacity: Capacity) -> dict:
+    placement = class_placement(gpu_class, capacity)
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceFlavor",
-        "metadata": {"name": name},
+        "metadata": {"name": flavor_name(gpu_class, capacity)},
         "spec": {"nodeLabels": dict(placement.node_labels), "tolerations": placement.tolerations()},
     }
 
 
 def cluster_queue(args: KueueArgs, team: TeamQueue) -> dict:
-    def quotas(gpus: int, borrow: int | None) -> list[dict]:
-        amounts = {
-            "cpu": gpus * args.cpu_per_gpu,
-            "memory": f"{gpus * args.memory_gib_per_gpu}Gi",
-            args.gpu_resource: gpus,
+    def quotas(gpu_class: KueueClass, gpus: int, borrow: int) -> list[dict]:
+        per_gpu = {
+            "cpu": gpu_class.cpu_per_gpu,
+            "memory": gpu_class.memory_gib_per_gpu,
+            args.gpu_resource: 1,
         }
-        per_gpu = {"cpu": args.cpu_per_gpu, "memory": args.memory_gib_per_gpu, args.gpu_resource: 1}
-        out = []
-        for resource, nominal in amounts.items():
-            entry = {"name": resource, "nominalQuota": nominal}
-            if borrow is not None:
-                limit = borrow * per_gpu[resource]
-                entry["borrowingLimit"] = f"{limit}Gi" if resource == "memory" else limit
-            out.append(entry)
-        return out
 
+        def amount(resource: str, n: int) -> int | str:
+            return f"{n * per_gpu[resource]}Gi" if resource == "memory" else n * per_gpu[resource]
+
+        return [
+            {
+                "name": resource,
+                "nominalQuota": amount(resource, gpus),
+                "borrowingLimit": amount(resource, borrow),
+            }
+            for resource in per_gpu
+        ]
+
+    flavors = []
+    for gpu_class in args.classes:
+        quota = team.quotas.get(gpu_class.name, ClassQuota())
+        # Order is preference: the class's spot first, its on-demand as the fallback.
+        flavors += [
+            {
+                "name": flavor_name(gpu_class.name, "spot"),
+                "resources": quotas(gpu_class, quota.spot_gpus, team.borrow_spot_gpus),
+            },
+            {
+                "name": flavor_name(gpu_class.name, "on-demand"),
+                "resources": quotas(gpu_class, quota.on_demand_gpus, 0),
+            },
+        ]
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
@@ -119,18 +170,9 @@ def cluster_queue(args: KueueArgs, team: TeamQueue) -> dict:
             "cohortName": args.settings.cohort,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
             "queueingStrategy": "BestEffortFIFO",
+            # One group: a job takes CPU, memory and GPUs of one flavor, the one of its class.
             "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", args.gpu_resource],
-                    # Order is preference: spot first, on-demand as the fallback.
-                    "flavors": [
-                        {
-                            "name": SPOT_FLAVOR,
-                            "resources": quotas(team.spot_gpus, team.borrow_spot_gpus),
-                        },
-                        {"name": ON_DEMAND_FLAVOR, "resources": quotas(team.on_demand_gpus, 0)},
-                    ],
-                }
+                {"coveredResources": ["cpu", "memory", args.gpu_resource], "flavors": flavors}
             ],
             "flavorFungibility": {
                 # Borrowing idle spot is cheaper than paying for on-demand: stop at spot.
@@ -168,52 +210,38 @@ class KueueQueues(pulumi.ComponentResource):
         # Children wait for what the component waits for: the namespaces the LocalQueues live in.
         depends: list[pulumi.Resource] = list(opts.depends_on or []) if opts else []
         if args.settings.install:
+            values = {
+                "enablePrometheus": True,
+                "managerConfig": {
+                    "controllerManagerConfigYaml": yaml.safe_dump(
+                        kueue_configuration(args.settings), sort_keys=False
+                    )
+                },
+            }
             depends.append(
-                k8s.helm.v3.Release(
+                helm_release(
                     f"{name}-kueue",
-                    name="kueue",
-                    chart=CHART,
-                    version=CHART_VERSION,
-                    namespace=NAMESPACE,
+                    CHART,
+                    NAMESPACE,
+                    values,
+                    pulumi.ResourceOptions(parent=self),
                     create_namespace=True,
-                    atomic=True,
-                    values={
-                        "enablePrometheus": True,
-                        "managerConfig": {
-                            "controllerManagerConfigYaml": yaml.safe_dump(
-                                kueue_configuration(args.settings), sort_keys=False
-                            )
-                        },
-                    },
-                    opts=pulumi.ResourceOptions(parent=self),
                 )
             )
         child = pulumi.ResourceOptions(parent=self, depends_on=depends)
-
-        def custom(suffix: str, obj: dict, opts: pulumi.ResourceOptions) -> None:
-            k8s.apiextensions.CustomResource(
-                f"{name}-{suffix}",
-                api_version=obj["apiVersion"],
-                kind=obj["kind"],
-                metadata=obj["metadata"],
-                spec=obj["spec"],
-                opts=opts,
-            )
-
-        custom(
-            "cohort",
-            {
-                "apiVersion": API_VERSION,
-                "kind": "Cohort",
-                "metadata": {"name": args.settings.cohort},
-                "spec": {},
-            },
-            child,
-        )
-        custom("flavor-spot", resource_flavor(SPOT_FLAVOR, args.spot), child)
-        custom("flavor-on-demand", resource_flavor(ON_DEMAND_FLAVOR, args.on_demand), child)
+        cohort = {
+            "apiVersion": API_VERSION,
+            "kind": "Cohort",
+            "metadata": {"name": args.settings.cohort},
+            "spec": {},
+        }
+        custom_resource(f"{name}-cohort", cohort, child)
+        for gpu_class in args.classes:
+            for capacity in CAPACITIES:
+                flavor = resource_flavor(gpu_class.name, capacity)
+                custom_resource(f"{name}-flavor-{flavor['metadata']['name']}", flavor, child)
         for team in args.teams:
-            custom(f"cq-{team.team}", cluster_queue(args, team), child)
-            custom(f"lq-{team.team}", local_queue(team), child)
+            custom_resource(f"{name}-cq-{team.team}", cluster_queue(args, team), child)
+            custom_resource(f"{name}-lq-{team.team}", local_queue(team), child)
         self.local_queue = LOCAL_QUEUE
         self.register_outputs({"localQueue": LOCAL_QUEUE})

@@ -1,7 +1,7 @@
 """The whole Kubernetes layer of a stack, from its typed config and the cloud's `Platform`.
 
-Cloud-neutral except for the node termination handler, which runs where the cloud sends
-interruption events to a queue (AWS). `build_kubernetes` puts it on the platform's cluster.
+Cloud-neutral: what a cloud adds on the cluster (EKS: Karpenter and its GPU pools) comes as the
+platform's add-ons, built here first. `build_kubernetes` puts it all on the platform's cluster.
 """
 
 from __future__ import annotations
@@ -11,28 +11,35 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import KubernetesConfig, StackConfig, Team
+from components.capacity import template_class
+from components.config import StackConfig
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
+from components.k8s.gpus import GpuAgents, GpuAgentsArgs
 from components.k8s.jobs import TrainingJobSpec
-from components.k8s.kueue import LOCAL_QUEUE, KueueArgs, KueueQueues, TeamQueue
+from components.k8s.kueue import (
+    LOCAL_QUEUE,
+    ClassQuota,
+    KueueArgs,
+    KueueClass,
+    KueueQueues,
+    TeamQueue,
+)
 from components.k8s.namespaces import TeamNamespace, TeamNamespaceArgs
-from components.k8s.placement import ON_DEMAND, SPOT
+from components.k8s.placement import class_placement
 from components.k8s.priorities import Priorities, PrioritiesArgs
 from components.k8s.templates import JobTemplates, JobTemplatesArgs
-from components.k8s.termination_handler import NodeTerminationHandler, NodeTerminationHandlerArgs
 from components.platform import Platform
 
 
 @dataclass(frozen=True)
 class KubernetesLayerArgs:
-    teams: tuple[Team, ...]
-    settings: KubernetesConfig
+    settings: StackConfig
     platform: Platform
 
     def __post_init__(self) -> None:
         roots = self.platform.checkpoint_roots
-        missing = [team.name for team in self.teams if team.name not in roots]
+        missing = [team.name for team in self.settings.teams if team.name not in roots]
         if missing:
             raise ValueError(f"no checkpoint root for teams {missing}")
 
@@ -42,21 +49,40 @@ class KubernetesLayer(pulumi.ComponentResource):
         self, name: str, args: KubernetesLayerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:k8s:KubernetesLayer", name, None, opts)
-        s, platform = args.settings, args.platform
+        config, platform = args.settings, args.platform
+        s = config.kubernetes
         child = pulumi.ResourceOptions(parent=self)
+        for suffix, build in platform.addons.items():
+            build(f"{name}-{suffix}", child)
+        GpuAgents(
+            f"{name}-gpus",
+            GpuAgentsArgs(
+                monitor_labels=dict(s.monitoring.prometheus_selector_labels),
+                device_plugin=platform.needs_device_plugin,
+            ),
+            child,
+        )
         Priorities(f"{name}-priorities", PrioritiesArgs(), child)
+        classes = {c.name: c for c in config.gpu_classes}
+        borrow = s.kueue.borrow_spot_gpus
         namespaces = []
-        for team in args.teams:
-            gpus = team.spot_gpus + team.on_demand_gpus + s.kueue.borrow_spot_gpus
+        for team in config.teams:
+            # The namespace quota never stops what Kueue admits: every class's quota and what
+            # the team may borrow of it.
+            gpus = {
+                name: quota.spot_gpus + quota.on_demand_gpus for name, quota in team.quotas.items()
+            }
+            gpus = {name: gpus.get(name, 0) + borrow for name in classes}
+            memory_gib = sum(n * classes[c].memory_gib_per_gpu for c, n in gpus.items())
             namespaces.append(
                 TeamNamespace(
                     f"{name}-{team.name}",
                     TeamNamespaceArgs(
                         team=team.name,
                         namespace=team.namespace,
-                        gpus=gpus,
-                        cpu=str(gpus * s.cpu_per_gpu),
-                        memory=f"{gpus * s.memory_gib_per_gpu}Gi",
+                        gpus=sum(gpus.values()),
+                        cpu=str(sum(n * classes[c].cpu_per_gpu for c, n in gpus.items())),
+                        memory=f"{memory_gib}Gi",
                         service_account=team.service_account,
                         gpu_resource=s.gpu_resource,
                         service_account_annotations=platform.service_account_annotations.get(
@@ -75,23 +101,26 @@ class KubernetesLayer(pulumi.ComponentResource):
                     TeamQueue(
                         team=team.name,
                         namespace=team.namespace,
-                        spot_gpus=team.spot_gpus,
-                        on_demand_gpus=team.on_demand_gpus,
-                        borrow_spot_gpus=s.kueue.borrow_spot_gpus,
+                        quotas={
+                            c: ClassQuota(q.spot_gpus, q.on_demand_gpus)
+                            for c, q in team.quotas.items()
+                        },
+                        borrow_spot_gpus=borrow,
                     )
-                    for team in args.teams
+                    for team in config.teams
                 ),
-                spot=SPOT,
-                on_demand=ON_DEMAND,
-                cpu_per_gpu=s.cpu_per_gpu,
-                memory_gib_per_gpu=s.memory_gib_per_gpu,
+                classes=tuple(
+                    KueueClass(c.name, c.cpu_per_gpu, c.memory_gib_per_gpu)
+                    for c in config.gpu_classes
+                ),
                 gpu_resource=s.gpu_resource,
                 settings=s.kueue,
             ),
             after_namespaces,
         )
         t = s.templates
-        for team in args.teams:
+        for index, team in enumerate(config.teams):
+            gpu_class = classes[template_class(config, index)]
             spec = TrainingJobSpec(
                 name=f"{team.name}-example",
                 namespace=team.namespace,
@@ -103,13 +132,15 @@ class KubernetesLayer(pulumi.ComponentResource):
                 command=tuple(t.command),
                 notice_seconds=platform.notice_seconds,
                 notice_sources=platform.notice_sources,
-                spot=SPOT,
+                notice_lag_seconds=platform.notice_lag_seconds,
+                placement=class_placement(gpu_class.name, "spot"),
                 gpus=t.gpus_per_node,
-                cpu=str(t.gpus_per_node * s.cpu_per_gpu),
-                memory=f"{t.gpus_per_node * s.memory_gib_per_gpu}Gi",
+                cpu=str(t.gpus_per_node * gpu_class.cpu_per_gpu),
+                memory=f"{t.gpus_per_node * gpu_class.memory_gib_per_gpu}Gi",
                 gpu_resource=s.gpu_resource,
                 backoff_limit=t.backoff_limit,
                 labels={"spot-training/team": team.name},
+                annotations=dict(platform.training_pod_annotations),
             )
             JobTemplates(
                 f"{name}-{team.name}-templates",
@@ -127,7 +158,7 @@ class KubernetesLayer(pulumi.ComponentResource):
             AlertRulesArgs(
                 namespace=m.namespace,
                 runbook_base_url=m.runbook_base_url,
-                team_namespaces=tuple(team.namespace for team in args.teams),
+                team_namespaces=tuple(team.namespace for team in config.teams),
                 selector_labels=dict(m.prometheus_selector_labels),
             ),
             child,
@@ -138,22 +169,10 @@ class KubernetesLayer(pulumi.ComponentResource):
                 namespace=m.namespace,
                 on_demand_gpu_hour_usd=m.on_demand_gpu_hour_usd,
                 spot_gpu_hour_usd=m.spot_gpu_hour_usd,
-                gpu_resource=s.gpu_resource,
             ),
             child,
         )
-        if platform.interruption_queue_url is not None:
-            NodeTerminationHandler(
-                f"{name}-nth",
-                NodeTerminationHandlerArgs(
-                    queue_url=platform.interruption_queue_url,
-                    region=platform.region,
-                    node_grace_seconds=platform.notice_seconds,
-                    monitor_labels=dict(m.prometheus_selector_labels),
-                ),
-                child,
-            )
-        self.register_outputs({"namespaces": [team.namespace for team in args.teams]})
+        self.register_outputs({"namespaces": [team.namespace for team in config.teams]})
 
 
 def build_kubernetes(settings: StackConfig, platform: Platform) -> KubernetesLayer:
@@ -163,8 +182,6 @@ def build_kubernetes(settings: StackConfig, platform: Platform) -> KubernetesLay
     )
     return KubernetesLayer(
         settings.environment,
-        KubernetesLayerArgs(
-            teams=tuple(settings.teams), settings=settings.kubernetes, platform=platform
-        ),
+        KubernetesLayerArgs(settings=settings, platform=platform),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=platform.ready),
     )

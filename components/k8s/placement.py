@@ -1,10 +1,10 @@
-"""Where a pool's pods run: the node labels that select the pool and the taints that guard it."""
+"""Where a pod runs: the node labels that select its capacity and the taints that guard it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.pools import CAPACITY_TYPE_LABEL, SPOT_TAINT, Taint
+from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, SPOT_TAINT, Capacity, Taint
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,17 @@ class Placement:
         }
 
 
-# Every spot node, whatever its pool, and every on-demand node (stable, and buffer when it trains).
-SPOT = Placement({CAPACITY_TYPE_LABEL: "spot"}, (SPOT_TAINT,))
-ON_DEMAND = Placement({CAPACITY_TYPE_LABEL: "on-demand"})
+def class_placement(gpu_class: str, capacity: Capacity) -> Placement:
+    """A GPU class's capacity, as Kueue's flavors and the Job templates select it.
+
+    Spot-first placement names the class only, not the capacity type: its pods tolerate the spot
+    taint and prefer spot nodes, and the provisioner puts them on the class's on-demand nodes
+    when spot cannot be had. The on-demand placement is pinned to on-demand nodes.
+    """
+    if capacity == "spot":
+        return Placement({GPU_CLASS_LABEL: gpu_class}, (SPOT_TAINT,))
+    return Placement({GPU_CLASS_LABEL: gpu_class, CAPACITY_TYPE_LABEL: "on-demand"})
+
+
+# What a training pod prefers among the nodes its placement allows.
+SPOT_PREFERENCE = Placement({CAPACITY_TYPE_LABEL: "spot"})

@@ -40,6 +40,10 @@ def command(
     on_demand_after_s: Annotated[
         float, typer.Option(help="Wait for spot this long before taking on-demand.")
     ] = D.on_demand_after_s,
+    stockout_s: Annotated[
+        tuple[float, float] | None,
+        typer.Option(help="Seconds after the start between which spot cannot be provisioned."),
+    ] = D.stockout_s,
     final_phase: Annotated[
         float, typer.Option(help="Share of a job's last steps to run on on-demand.")
     ] = D.final_phase,
@@ -78,6 +82,7 @@ def command(
             hard_kills=hard_kills,
             hard_kill_window_s=hard_kill_window_s,
             on_demand_after_s=on_demand_after_s,
+            stockout_s=stockout_s,
             final_phase=final_phase,
             timeout_s=timeout_s,
             prices=Prices(spot=spot_price, on_demand=on_demand_price),

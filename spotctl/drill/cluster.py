@@ -10,7 +10,7 @@ from spotsafe.local_metadata import AwsImds, GceMetadata
 SPOT = "spot"
 ON_DEMAND = "on-demand"
 # How each spot node announces a preemption, in turn: AWS IMDS, GCE metadata, or a node drain
-# (the node termination handler / GKE graceful shutdown), which reaches the pod as SIGTERM.
+# (Karpenter's interruption handling / GKE graceful shutdown), which reaches the pod as SIGTERM.
 FLAVOURS = ("aws", "gce", "sigterm")
 
 
@@ -116,9 +116,14 @@ class Cluster:
                 if server is not None:
                     server.close()
 
-    def free_node(self, pool: str, now: float) -> Node | None:
-        """An empty running node of the pool first (no boot wait), else a free slot."""
-        candidates = [n for n in self.nodes if n.pool == pool and n.schedulable(now)]
+    def free_node(self, pool: str, now: float, can_provision: bool = True) -> Node | None:
+        """An empty running node of the pool first (no boot wait), else a free slot if the cloud
+        can provision one now."""
+        candidates = [
+            n
+            for n in self.nodes
+            if n.pool == pool and n.schedulable(now) and (n.up or can_provision)
+        ]
         candidates.sort(key=lambda n: not n.up)
         return candidates[0] if candidates else None
 

@@ -45,7 +45,11 @@ class DrillConfig:
     hard_kill_window_s: tuple[float, float] = (4.0, 20.0)
     """Seconds after the start between which the hard kills fall."""
     on_demand_after_s: float = 4.0
-    """A job waits this long for spot capacity before it may take an on-demand node."""
+    """A job waits this long for spot capacity before it may take an on-demand node (on EKS:
+    Karpenter's next round after a failed spot launch)."""
+    stockout_s: tuple[float, float] | None = None
+    """Seconds after the start between which no spot node can be provisioned (EC2 answers
+    insufficient capacity); spot nodes already up keep running."""
     final_phase: float = 0.2
     """The last share of each job's steps runs on on-demand when a node is free there."""
     spot_return_s: float = 3.0
@@ -71,6 +75,8 @@ class DrillConfig:
         low, high = self.hard_kill_window_s
         if not 0 <= low <= high:
             problems.append("--hard-kill-window-s needs 0 <= FROM <= TO")
+        if self.stockout_s is not None and not 0 <= self.stockout_s[0] < self.stockout_s[1]:
+            problems.append("--stockout-s needs 0 <= FROM < TO")
         if self.notice_s <= 0:
             problems.append("--notice-s must be positive")
         if not 0 <= self.final_phase < 1:

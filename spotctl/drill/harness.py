@@ -29,10 +29,12 @@ BACKOFF_LIMIT = 2
 class Event:
     at: float
     kind: str
-    """placed, notice, hard-kill, reclaimed, drain, preempted, finished, failed."""
+    """placed, notice, hard-kill, reclaimed, drain, preempted, finished, failed, spot-dry."""
     job: str | None
     node: str
     detail: str = ""
+    waited_s: float | None = None
+    """For a placement: how long the job was queued."""
 
 
 @dataclass
@@ -79,6 +81,9 @@ class Drill:
         self.events: list[Event] = []
         self.runs: list[Run] = []
         self.notice_times, self.kill_times = self._schedule()
+        self.started_at = 0.0
+        # (job, when it was queued) of the waits in which a spot launch already failed.
+        self._dry_waits: set[tuple[str, float]] = set()
 
     def _schedule(self) -> tuple[list[float], list[float]]:
         """Seeded offsets from the start: a Poisson process of notices, uniform hard kills."""
@@ -93,15 +98,18 @@ class Drill:
         kills = sorted(self.rng.uniform(low, high) for _ in range(self.config.hard_kills))
         return notices, kills
 
-    def _event(self, now: float, kind: str, job: str | None, node: Node, detail: str = "") -> None:
-        event = Event(now, kind, job, node.name, detail)
+    def _event(
+        self, now: float, kind: str, job: str | None, where: Node | str, detail: str = ""
+    ) -> None:
+        """`where`: the node, or the pool when no node is involved."""
+        event = Event(now, kind, job, where if isinstance(where, str) else where.name, detail)
         self.events.append(event)
         self.on_event(event)
 
     # ---- the run -----------------------------------------------------------------------------
 
     def run(self, on_tick: Callable[[Drill], None] = lambda d: None) -> Outcome:
-        start = time.time()
+        start = self.started_at = time.time()
         for job in self.jobs:
             job.queued_at = start
         try:
@@ -247,16 +255,33 @@ class Drill:
                 self._event(now, "drain", job.name, run.node, "final phase to on-demand")
                 return  # one at a time: the next one waits for the next free node
 
+    def spot_dry(self, now: float) -> bool:
+        """Whether spot capacity cannot be provisioned now (the configured stockout)."""
+        window = self.config.stockout_s
+        return window is not None and window[0] <= now - self.started_at < window[1]
+
     def _place(self, now: float) -> None:
+        """The provisioner: the preferred pool first; when it has no node (or, for spot, the
+        cloud cannot provision one), the other pool once the job has waited the configured time."""
         pending = [j for j in self.jobs if j.queued_at is not None and j.run is None]
+        provisionable = {SPOT: not self.spot_dry(now), ON_DEMAND: True}
         for job in sorted(pending, key=lambda j: j.queued_at):
             final = self.config.final_phase > 0 and job.in_final_phase(self.config.final_phase)
             preferred, fallback = (ON_DEMAND, SPOT) if final else (SPOT, ON_DEMAND)
-            node = self.cluster.free_node(preferred, now)
+            node = self.cluster.free_node(preferred, now, provisionable[preferred])
+            if node is None and preferred == SPOT and not provisionable[SPOT]:
+                self._spot_dry_for(job, now)
             if node is None and now - job.queued_at >= self.config.on_demand_after_s:
-                node = self.cluster.free_node(fallback, now)
+                node = self.cluster.free_node(fallback, now, provisionable[fallback])
             if node is not None:
                 self._start(job, node, now)
+
+    def _spot_dry_for(self, job: Job, now: float) -> None:
+        """A spot launch for the job failed: an event, once per wait."""
+        wait = (job.name, job.queued_at)
+        if wait not in self._dry_waits:
+            self._dry_waits.add(wait)
+            self._event(now, "spot-dry", job.name, SPOT, "insufficient spot capacity")
 
     def _start(self, job: Job, node: Node, now: float) -> None:
         node.provision(now)
@@ -264,8 +289,11 @@ class Drill:
         run = Run.launch(job.spec, node, job.uri, env, self.logs, attempt=len(job.runs) + 1)
         job.runs.append(run)
         self.runs.append(run)
+        event = Event(now, "placed", job.name, node.name, f"from step {job.progress}")
+        event.waited_s = now - job.queued_at
         job.queued_at = None
-        self._event(now, "placed", job.name, node, f"from step {job.progress}")
+        self.events.append(event)
+        self.on_event(event)
 
 
 def reference_runs(specs: list[JobSpec], bucket_uri: str, env: dict[str, str]) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from spotctl.drill.cluster import ON_DEMAND, SPOT
 from spotctl.drill.config import DrillConfig
-from spotctl.drill.harness import Outcome
+from spotctl.drill.harness import TICK_S, Outcome
 
 # The issue's goals, checked in every report.
 GOAL_NOTICE_TO_DURABLE_S = 15.0  # GKE gives user pods 15 s
@@ -78,8 +78,10 @@ def build(outcome: Outcome, config: DrillConfig) -> dict:
         "events": [
             {"t": e.at - outcome.started_at, "kind": e.kind, "job": e.job, "node": e.node}
             | ({"detail": e.detail} if e.detail else {})
+            | ({"waited_s": e.waited_s} if e.waited_s is not None else {})
             for e in outcome.events
         ],
+        "stockout": stockout(outcome, config),
     }
     report["goals"] = {
         "noticed_lost_steps": sum(i["lost_steps"] or 0 for i in noticed),
@@ -92,8 +94,38 @@ def build(outcome: Outcome, config: DrillConfig) -> dict:
         "weights_match_references": all(
             j.weights_sha256 == j.reference_sha256 for j in outcome.jobs
         ),
+        "max_wait_before_fallback_s": _max(
+            f["waited_s"] for f in (report["stockout"] or {}).get("fallbacks", [])
+        ),
     }
     return report
+
+
+def stockout(outcome: Outcome, config: DrillConfig) -> dict | None:
+    """The jobs that found spot dry: where each was then placed, after how long a wait."""
+    if config.stockout_s is None:
+        return None
+    dry, placements = set(), []
+    for event in outcome.events:
+        if event.kind == "spot-dry":
+            dry.add(event.job)
+        elif event.kind == "placed" and event.job in dry:
+            dry.discard(event.job)
+            pool = next(n.pool for n in outcome.cluster.nodes if n.name == event.node)
+            placements.append(
+                {
+                    "job": event.job,
+                    "t": event.at - outcome.started_at,
+                    "pool": pool,
+                    "waited_s": event.waited_s,
+                }
+            )
+    return {
+        "window_s": list(config.stockout_s),
+        "configured_wait_s": config.on_demand_after_s,
+        "placements": placements,
+        "fallbacks": [p for p in placements if p["pool"] == ON_DEMAND],
+    }
 
 
 def _max(values) -> float | None:
@@ -144,6 +176,16 @@ def tables(report: dict):
         ("idle share of the pools", g["idle_share"], GOAL_IDLE_SHARE, "<="),
         ("jobs finished with no intervention", g["finished_without_intervention"], 1, "=="),
     ]
+    if report["stockout"] is not None:
+        # Placement runs once per tick: the fallback may come that much after the wait.
+        rows.append(
+            (
+                "stockout: wait before on-demand (s)",
+                g["max_wait_before_fallback_s"],
+                report["stockout"]["configured_wait_s"] + TICK_S,
+                "<=",
+            )
+        )
     for name, value, goal, op in rows:
         met = value is not None and (value == goal if op == "==" else value <= goal)
         shown = "-" if value is None else (f"{value:.3g}" if isinstance(value, float) else value)
@@ -167,8 +209,8 @@ def tables(report: dict):
     return [interruptions, jobs, goals, cost]
 
 
-def timeline(outcome: Outcome, path: Path) -> None:
-    """Jobs on nodes over time, with the preemption marks."""
+def timeline(outcome: Outcome, path: Path, stockout_s: tuple[float, float] | None = None) -> None:
+    """Jobs on nodes over time, with the preemption marks and the stockout's window."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,6 +229,10 @@ def timeline(outcome: Outcome, path: Path) -> None:
         # The pod's start and restore in a pale shade, its training in full colour.
         ax.barh(y, trained_from - run.started_at, left=run.started_at - t0, color=colour, alpha=0.3)
         ax.barh(y, run.ended_at - trained_from, left=trained_from - t0, color=colour)
+    if stockout_s is not None:
+        low, high = stockout_s
+        ax.axvspan(low, min(high, outcome.ended_at - t0), color="red", alpha=0.08)
+        ax.text(low, -0.6, " spot cannot be provisioned", color="darkred", fontsize="small")
     marks = {
         "notice": ("v", "black", "notice"),
         "hard-kill": ("X", "red", "hard kill"),

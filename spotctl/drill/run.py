@@ -70,7 +70,7 @@ def run_drill(config: DrillConfig, out: Path, json_path: Path | None, console: C
 
     report = reporting.build(outcome, config)
     chart = out / "timeline.png"
-    reporting.timeline(outcome, chart)
+    reporting.timeline(outcome, chart, config.stockout_s)
     for table in reporting.tables(report):
         console.print(table)
     console.print(f"timeline: {chart}")

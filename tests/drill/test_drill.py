@@ -101,5 +101,59 @@ def test_requeued_jobs_take_on_demand_only_after_the_wait(report: dict) -> None:
             if event["node"].startswith("od-") and from_step < 0.8 * 2500:
                 on_demand_placements += 1
                 assert event["t"] - stopped_at[event["job"]] >= 2.0 - 0.05, event
+                assert event["waited_s"] >= 2.0 - 0.05, event
     # Two spot nodes for two jobs: a reclaimed node is gone for seconds, so one job must wait.
     assert on_demand_placements >= 1
+
+
+# Spot cannot be provisioned for the first 6 s. Two jobs, one on-demand node: the first job
+# falls back to on-demand within the 2 s wait and finishes there; the second waits for the
+# on-demand node or the end of the stockout, whichever comes first, and goes back to spot once
+# it can. No notices, no hard kills: only the stockout moves them.
+STOCKOUT_DRILL = [
+    "--seed", "5",
+    "--jobs", "2",
+    "--steps", "3000",
+    "--every-steps", "100",
+    "--spot-nodes", "2",
+    "--on-demand-nodes", "1",
+    "--notices-per-min", "0",
+    "--hard-kills", "0",
+    "--on-demand-after-s", "2",
+    "--stockout-s", "0", "6",
+    "--final-phase", "0",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stockout_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("stockout")
+    result = drill(*STOCKOUT_DRILL, "--out", str(out), "--json", str(out / "report.json"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads((out / "report.json").read_text())
+
+
+def test_stockout_falls_back_to_on_demand_within_the_wait_and_finishes(stockout_report) -> None:
+    stockout = stockout_report["stockout"]
+    assert stockout["window_s"] == [0, 6] and stockout["configured_wait_s"] == 2
+    (fallback,) = stockout["fallbacks"]
+    # Placement runs every 0.2 s: the fallback comes within one tick of the configured wait.
+    assert 2 - 0.05 <= fallback["waited_s"] <= 2 + 0.25
+    assert fallback["t"] < 6, "on-demand while spot is still dry"
+    placements = [e for e in stockout_report["events"] if e["kind"] == "placed"]
+    # No spot node is provisioned during the stockout.
+    assert all(e["t"] >= 6 for e in placements if e["node"].startswith("spot-"))
+    for job in stockout_report["jobs"]:
+        assert job["finished"] and job["manual_interventions"] == 0
+        assert job["weights_sha256"] == job["reference_sha256"] is not None
+    assert stockout_report["goals"]["max_wait_before_fallback_s"] == fallback["waited_s"]
+
+
+def test_after_the_stockout_the_next_start_is_on_spot(stockout_report) -> None:
+    """The job that found no room on on-demand starts on spot once spot can be provisioned."""
+    (fallback,) = stockout_report["stockout"]["fallbacks"]
+    other = [p for p in stockout_report["stockout"]["placements"] if p["job"] != fallback["job"]]
+    assert [p["pool"] for p in other] == ["spot"]
+    assert other[0]["t"] >= 6
+    dry = [e for e in stockout_report["events"] if e["kind"] == "spot-dry"]
+    assert {e["job"] for e in dry} == {"job-1", "job-2"} and all(e["t"] < 6 for e in dry)

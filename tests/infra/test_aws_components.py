@@ -13,14 +13,14 @@ from stack_files import REPO_ROOT, stack_values
 from components.aws.cluster import ClusterArgs, kubeconfig
 from components.aws.iam import TeamTrainingRoleArgs
 from components.aws.interruption import EVENT_PATTERNS
+from components.aws.karpenter import NAMESPACE, SERVICE_ACCOUNT
 from components.aws.network import NetworkArgs
 from components.aws.nodepools import ManagedNodeGroupPoolArgs
 from components.aws.observability import ObservabilityArgs
-from components.aws.quotas import SPOT_QUOTA_CODES, SpotGpuQuotasArgs
+from components.aws.quotas import QUOTA_CODES, GpuQuotasArgs
 from components.aws.storage import CheckpointBucketArgs
 from components.config import load_config
-from components.k8s.termination_handler import NAMESPACE, SERVICE_ACCOUNT
-from components.pools import CAPACITY_TYPE_LABEL, POOL_LABEL, SPOT_TAINT, PoolSpec
+from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, PoolSpec
 from spotctl.preview import preview_program
 
 PROD = load_config(stack_values("prod"))
@@ -189,28 +189,51 @@ def _zones_of(prod: Preview, subnet_ids: list[str]) -> set[str]:
     return {zones[subnet_id] for subnet_id in subnet_ids}
 
 
-def test_spot_pool_is_diversified_tainted_and_in_every_zone(prod: Preview):
-    group = prod.one("aws:eks/nodeGroup:NodeGroup", "-spot-")
-    assert group.inputs["capacityType"] == "SPOT"
-    assert len(set(group.inputs["instanceTypes"])) >= 3
-    assert _zones_of(prod, group.inputs["subnetIds"]) == set(PROD.zones)
-    assert group.inputs["taints"] == [
-        {"key": SPOT_TAINT.key, "value": SPOT_TAINT.value, "effect": "NO_SCHEDULE"}
-    ]
-    assert group.inputs["labels"] == {POOL_LABEL: "spot", CAPACITY_TYPE_LABEL: "spot"}
-    assert group.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
-
-
-def test_stable_pool_is_on_demand_and_untainted(prod: Preview):
+def test_stable_pool_is_on_demand_untainted_and_in_every_zone(prod: Preview):
     group = prod.one("aws:eks/nodeGroup:NodeGroup", "-stable-")
     assert group.inputs["capacityType"] == "ON_DEMAND"
     assert not group.inputs.get("taints")
-    assert group.inputs["labels"][CAPACITY_TYPE_LABEL] == "on-demand"
+    assert group.inputs["labels"] == {POOL_LABEL: "stable", CAPACITY_TYPE_LABEL: "on-demand"}
     assert group.inputs["amiType"] == "AL2023_x86_64_STANDARD"
+    assert _zones_of(prod, group.inputs["subnetIds"]) == set(PROD.zones)
 
 
-def test_buffer_pool_scales_on_its_schedule(prod: Preview):
+def test_gpu_capacity_is_karpenter_s_no_spot_node_group(prod: Preview):
+    groups = prod.of_type("aws:eks/nodeGroup:NodeGroup")
+    assert {g.inputs["capacityType"] for g in groups} == {"ON_DEMAND"}
+    assert len(groups) == 2  # stable and buffer
+
+
+def test_node_groups_launch_through_a_template_that_tags_instances_and_keeps_imds_local(
+    prod: Preview,
+):
+    """Node group tags never reach the instances; the launch template's tag specifications do.
+    IMDSv2 with hop limit 1: pods reach neither IMDS nor the node role's credentials."""
+    for group in prod.of_type("aws:eks/nodeGroup:NodeGroup"):
+        template = next(
+            t
+            for t in prod.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+            if t.id == group.inputs["launchTemplate"]["id"]
+        )
+        assert group.inputs["launchTemplate"]["version"] == "1"
+        assert "diskSize" not in group.inputs
+        specs = {s["resourceType"]: s["tags"] for s in template.inputs["tagSpecifications"]}
+        assert set(specs) == {"instance", "volume"}
+        assert specs["instance"] == group.inputs["tags"] and specs["instance"]["env"] == "prod"
+        assert template.inputs["metadataOptions"] == {
+            "httpEndpoint": "enabled",
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 1,
+        }
+        (root,) = template.inputs["blockDeviceMappings"]
+        assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
+
+
+def test_buffer_pool_is_a_gpu_class_and_scales_on_its_schedule(prod: Preview):
     group = prod.one("aws:eks/nodeGroup:NodeGroup", "-buffer-")
+    # g6e: L40S GPUs, so training of class l40s-48gb runs on the buffer when it is free.
+    assert group.inputs["labels"][GPU_CLASS_LABEL] == "l40s-48gb"
+    assert group.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
     asg = group.outputs["resources"][0]["autoscalingGroups"][0]["name"]
     actions = {
         s.inputs["scheduledActionName"]: s
@@ -224,32 +247,37 @@ def test_buffer_pool_scales_on_its_schedule(prod: Preview):
         assert action["desiredCapacity"] == configured.desired_size
 
 
-def test_dev_has_no_buffer_and_no_quota_requests(stack_preview):
+def test_dev_has_one_node_group_and_quotas_for_its_class(stack_preview):
     dev = stack_preview("dev")
     assert not dev.of_type("aws:autoscaling/schedule:Schedule")
-    assert not dev.of_type("aws:servicequotas/serviceQuota:ServiceQuota")
-    assert len(dev.of_type("aws:eks/nodeGroup:NodeGroup")) == 2
+    assert len(dev.of_type("aws:eks/nodeGroup:NodeGroup")) == 1
+    quotas = {
+        q.inputs["quotaCode"]: q.inputs["value"]
+        for q in dev.of_type("aws:servicequotas/serviceQuota:ServiceQuota")
+    }
+    assert quotas == {
+        QUOTA_CODES[("spot", "g-family")]: 64,
+        QUOTA_CODES[("on-demand", "g-family")]: 32,
+    }
 
 
 # --- quotas, interruption, observability
 
 
-def test_spot_gpu_quota_requests(prod: Preview):
+def test_gpu_quota_requests_spot_and_on_demand(prod: Preview):
     quotas = {
         q.inputs["quotaCode"]: q.inputs
         for q in prod.of_type("aws:servicequotas/serviceQuota:ServiceQuota")
     }
+    requested = {
+        ("spot", "p-family"): PROD.aws.spot_gpu_quota.p_family_vcpus,
+        ("spot", "g-family"): PROD.aws.spot_gpu_quota.g_family_vcpus,
+        ("on-demand", "p-family"): PROD.aws.on_demand_gpu_quota.p_family_vcpus,
+        ("on-demand", "g-family"): PROD.aws.on_demand_gpu_quota.g_family_vcpus,
+    }
     assert quotas == {
-        SPOT_QUOTA_CODES["p-family"]: {
-            "serviceCode": "ec2",
-            "quotaCode": SPOT_QUOTA_CODES["p-family"],
-            "value": PROD.aws.spot_gpu_quota.p_family_vcpus,
-        },
-        SPOT_QUOTA_CODES["g-family"]: {
-            "serviceCode": "ec2",
-            "quotaCode": SPOT_QUOTA_CODES["g-family"],
-            "value": PROD.aws.spot_gpu_quota.g_family_vcpus,
-        },
+        QUOTA_CODES[key]: {"serviceCode": "ec2", "quotaCode": QUOTA_CODES[key], "value": vcpus}
+        for key, vcpus in requested.items()
     }
 
 
@@ -257,12 +285,12 @@ def test_interruption_events_reach_the_queue(prod: Preview):
     queue = prod.one("aws:sqs/queue:Queue")
     rules = prod.of_type("aws:cloudwatch/eventRule:EventRule")
     detail_types = {t for r in rules for t in json.loads(r.inputs["eventPattern"])["detail-type"]}
-    assert {
+    assert detail_types == {
         "EC2 Spot Instance Interruption Warning",
         "EC2 Instance Rebalance Recommendation",
-        "EC2 Instance-terminate Lifecycle Action",
         "EC2 Instance State-change Notification",
-    } <= detail_types
+        "AWS Health Event",
+    }
     targets = prod.of_type("aws:cloudwatch/eventTarget:EventTarget")
     assert {t.inputs["rule"] for t in targets} == {r.outputs["name"] for r in rules}
     assert all(t.inputs["arn"] == queue.outputs["arn"] for t in targets)
@@ -392,8 +420,8 @@ def test_every_taggable_resource_carries_cost_tags(stack_preview, stack):
         assert tags.get("env") == stack, resource.name
         assert tags.get("team") and tags.get("capacity-type"), resource.name
         assert config.cost_tags.items() <= tags.items(), resource.name
-    spot = preview.one("aws:eks/nodeGroup:NodeGroup", "-spot-")
-    assert spot.inputs["tags"]["capacity-type"] == "spot"
+    stable = preview.one("aws:eks/nodeGroup:NodeGroup", "-stable-")
+    assert stable.inputs["tags"]["capacity-type"] == "on-demand"
     for team in config.teams:
         role = preview.one("aws:iam/role:Role", f"-{team.name}-training")
         assert role.inputs["tags"]["team"] == team.name
@@ -404,9 +432,10 @@ def test_every_taggable_resource_carries_cost_tags(stack_preview, stack):
 
 def _spec(**overrides) -> PoolSpec:
     fields = dict(
-        tier="spot",
-        capacity="spot",
-        instance_types=("g5.xlarge", "g6.xlarge", "g6e.xlarge"),
+        tier="buffer",
+        instance_types=("g6e.12xlarge",),
+        architecture="x86_64",
+        gpus=True,
         min_size=0,
         max_size=2,
         desired_size=0,
@@ -425,21 +454,12 @@ def _spec(**overrides) -> PoolSpec:
         (lambda: ClusterArgs(region="us-east-1", zones=["us-east-1a"]), "exactly one"),
         (
             lambda: ManagedNodeGroupPoolArgs(
-                spec=_spec(instance_types=("g5.xlarge", "g6.xlarge")),
+                spec=_spec(architecture="riscv64"),
                 cluster_name="c",
                 node_role_arn="r",
                 subnet_ids=[],
             ),
-            "at least 3 instance types",
-        ),
-        (
-            lambda: ManagedNodeGroupPoolArgs(
-                spec=_spec(instance_types=("g5.xlarge", "m6i.large", "g6.xlarge")),
-                cluster_name="c",
-                node_role_arn="r",
-                subnet_ids=[],
-            ),
-            "do not mix GPU and CPU",
+            "no EKS AMI for 'riscv64'",
         ),
         (
             lambda: ManagedNodeGroupPoolArgs(
@@ -461,7 +481,8 @@ def _spec(**overrides) -> PoolSpec:
         ),
         (lambda: CheckpointBucketArgs(abort_multipart_days=0), "abort_multipart_days"),
         (lambda: CheckpointBucketArgs(kms_deletion_window_days=3), "kms_deletion_window_days"),
-        (lambda: SpotGpuQuotasArgs(p_family_vcpus=0), "p_family_vcpus"),
+        (lambda: GpuQuotasArgs(vcpus={("spot", "p-family"): 0}), "at least 1 vCPU"),
+        (lambda: GpuQuotasArgs(vcpus={("spot", "trn-family"): 8}), "unknown quota"),
         (
             lambda: ObservabilityArgs(
                 cluster_name="c",
@@ -482,22 +503,42 @@ def test_component_args_reject_unsafe_values(build, message):
         build()
 
 
-def test_event_patterns_cover_the_handler_queue_mode_events():
+def test_event_patterns_are_the_ones_karpenter_handles():
     sources = {p["source"][0] for p in EVENT_PATTERNS.values()}
-    assert {"aws.ec2", "aws.autoscaling"} <= sources
+    assert sources == {"aws.ec2", "aws.health"}
 
 
-def test_termination_handler_identity_consumes_only_its_queue(prod: Preview):
+def test_karpenter_controller_identity(prod: Preview):
+    """Pod Identity for the controller's service account; it consumes only its queue, passes only
+    the nodes' role, and launches and terminates only instances tagged for this cluster."""
     queue = prod.one("aws:sqs/queue:Queue")
-    role = prod.one("aws:iam/role:Role", "-interruptions-handler")
+    cluster = prod.one("aws:eks/cluster:Cluster")
+    role = prod.one("aws:iam/role:Role", "-karpenter-identity-controller")
+    trust = _statements(json.loads(role.inputs["assumeRolePolicy"]))[0]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     association = prod.one(
-        "aws:eks/podIdentityAssociation:PodIdentityAssociation", "-interruptions-handler"
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation", "-karpenter-identity-controller"
     )
     assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == (
         NAMESPACE,
         SERVICE_ACCOUNT,
     )
     assert association.inputs["roleArn"] == role.outputs["arn"]
-    statements = _statements(_policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-handler")))
-    sqs = [s for s in statements if any(a.startswith("sqs:") for a in _as_list(s["Action"]))]
-    assert [s["Resource"] for s in sqs] == [queue.outputs["arn"]]
+    statements = {
+        s["Sid"]: s
+        for s in _statements(
+            _policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-karpenter-identity-controller"))
+        )
+    }
+    assert statements["ConsumeInterruptionQueue"]["Resource"] == queue.outputs["arn"]
+    node_role = prod.one("aws:iam/role:Role", "-karpenter-identity-node")
+    assert statements["PassOnlyTheNodeRole"]["Resource"] == node_role.outputs["arn"]
+    owned = f"aws:ResourceTag/kubernetes.io/cluster/{cluster.outputs['name']}"
+    assert statements["DeleteOnlyWhatItLaunched"]["Condition"]["StringEquals"] == {owned: "owned"}
+    assert statements["FindTheApiServer"]["Resource"] == cluster.outputs["arn"]
+    # Its nodes join the cluster through an access entry for their role.
+    entry = prod.one("aws:eks/accessEntry:AccessEntry", "-karpenter-identity-node")
+    assert (entry.inputs["type"], entry.inputs["principalArn"]) == (
+        "EC2_LINUX",
+        node_role.outputs["arn"],
+    )

@@ -59,7 +59,7 @@ def test_names_are_stable_between_previews(prod):
 
 
 def test_inputs_use_engine_names(prod):
-    group = prod.one("aws:eks/nodeGroup:NodeGroup", "spot")
+    group = prod.one("aws:eks/nodeGroup:NodeGroup", "stable")
     assert {"capacityType", "instanceTypes", "scalingConfig", "subnetIds"} <= set(group.inputs)
     assert "capacity_type" not in group.inputs
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,14 @@ from spotctl.render import Rendered, render, write
 
 
 @pytest.fixture(scope="session")
-def prod_preview() -> list[PreviewResource]:
-    return preview_program(REPO_ROOT, "prod")
+def stack_previews() -> Callable[[str], list[PreviewResource]]:
+    """Preview a repository stack once per session."""
+    return cache(lambda stack: preview_program(REPO_ROOT, stack))
+
+
+@pytest.fixture(scope="session")
+def prod_preview(stack_previews) -> list[PreviewResource]:
+    return stack_previews("prod")
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from components.k8s.jobs import (
     multi_node_job,
     single_node_job,
 )
-from components.k8s.placement import SPOT
+from components.k8s.placement import class_placement
 from spotctl.render import KUBERNETES_VERSION
 
 
@@ -27,9 +27,11 @@ def spec(**overrides) -> TrainingJobSpec:
         image="registry.example.com/trainer@sha256:" + "a" * 64,
         command=("python", "-m", "spotsafe.examples.train"),
         notice_seconds=120,
-        notice_sources=("sigterm", "aws"),
-        spot=SPOT,
+        notice_sources=("sigterm",),
+        notice_lag_seconds=20,
+        placement=class_placement("h100-80gb", "spot"),
         gpus=8,
+        annotations={"karpenter.sh/do-not-disrupt": "true"},
     )
     values.update(overrides)
     return TrainingJobSpec(**values)
@@ -58,21 +60,37 @@ def test_single_node_job_is_preemption_safe() -> None:
     assert len(rules) == 2
 
 
-def test_pod_runs_on_spot_with_the_cloud_notice_as_grace() -> None:
-    p = pod(single_node_job(spec(notice_seconds=15, notice_sources=("sigterm", "gce"))))
+def test_pod_runs_on_its_class_preferring_spot_with_the_cloud_notice_as_grace() -> None:
+    job = single_node_job(
+        spec(notice_seconds=15, notice_sources=("sigterm", "gce"), notice_lag_seconds=0)
+    )
+    p = pod(job)
     assert p["terminationGracePeriodSeconds"] == 15
     assert p["restartPolicy"] == "Never"
+    # Its GPU class, never another model; Kueue adds its flavor's labels to this.
+    assert p["nodeSelector"] == {"gpu-class": "h100-80gb"}
     toleration = {"key": "capacity-type", "operator": "Equal", "value": "spot"}
     assert {**toleration, "effect": "NoSchedule"} in p["tolerations"]
     preferred = p["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert preferred[0]["preference"]["matchExpressions"] == [
         {"key": "capacity-type", "operator": "In", "values": ["spot"]}
     ]
-    # No hard spot requirement: Kueue's on-demand flavor must be able to place the pod.
+    # No hard spot requirement: on-demand nodes of the class must be able to take the pod.
     assert "requiredDuringSchedulingIgnoredDuringExecution" not in p["affinity"]["nodeAffinity"]
     env = {e["name"]: e for e in p["containers"][0]["env"]}
     assert env["SPOTSAFE_SIGTERM_GRACE_S"]["value"] == "15"
+    assert env["SPOTSAFE_SIGTERM_LAG_S"]["value"] == "0"
     assert env["SPOTSAFE_NOTICE_SOURCES"]["value"] == "sigterm,gce"
+    # The platform's annotations reach the pod, not the Job.
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "karpenter.sh/do-not-disrupt": "true"
+    }
+
+
+def test_the_runtime_plans_its_final_save_for_the_notice_less_the_drain_lag() -> None:
+    env = {e["name"]: e for e in pod(single_node_job(spec()))["containers"][0]["env"]}
+    assert env["SPOTSAFE_SIGTERM_GRACE_S"]["value"] == "120"
+    assert env["SPOTSAFE_SIGTERM_LAG_S"]["value"] == "20"
 
 
 def test_each_run_checkpoints_under_its_own_name() -> None:
@@ -129,6 +147,7 @@ def test_multi_node_is_an_elastic_indexed_job_behind_a_headless_service() -> Non
         ({"notice_seconds": 0}, "notice_seconds must be positive"),
         ({"backoff_limit": -1}, "backoff_limit must be >= 0"),
         ({"command": ()}, "command must not be empty"),
+        ({"notice_lag_seconds": 120}, r"notice_lag_seconds must be in \[0, 120\)"),
     ],
 )
 def test_bad_spec_is_rejected_clearly(overrides: dict, message: str) -> None:

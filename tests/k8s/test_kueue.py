@@ -1,4 +1,5 @@
-"""Kueue objects: valid for v0.19.2's CRDs, spot first, and waiting jobs are never deactivated."""
+"""Kueue objects: valid for v0.19.2's CRDs, per GPU class spot first, waiting jobs never
+deactivated."""
 
 from __future__ import annotations
 
@@ -9,22 +10,26 @@ import yaml
 
 from components.config import KueueConfig
 from components.k8s.kueue import (
-    ON_DEMAND_FLAVOR,
-    SPOT_FLAVOR,
+    ClassQuota,
     KueueArgs,
+    KueueClass,
     TeamQueue,
     cluster_queue,
     kueue_configuration,
     local_queue,
     resource_flavor,
 )
-from components.k8s.placement import ON_DEMAND, SPOT
 from spotctl.render import crd_schemas, validate
 
-TEAM = TeamQueue("vision", "team-vision", spot_gpus=64, on_demand_gpus=8, borrow_spot_gpus=16)
-ARGS = KueueArgs(
-    teams=(TEAM,), spot=SPOT, on_demand=ON_DEMAND, cpu_per_gpu=8, memory_gib_per_gpu=64
+L40S = KueueClass("l40s-48gb", cpu_per_gpu=10, memory_gib_per_gpu=80)
+H100 = KueueClass("h100-80gb", cpu_per_gpu=12, memory_gib_per_gpu=160)
+TEAM = TeamQueue(
+    "vision",
+    "team-vision",
+    quotas={"l40s-48gb": ClassQuota(spot_gpus=64, on_demand_gpus=8)},
+    borrow_spot_gpus=16,
 )
+ARGS = KueueArgs(teams=(TEAM,), classes=(L40S, H100))
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +39,8 @@ def kueue_crds(shared_schemas: Path) -> Path:
 
 def test_objects_validate_against_the_crds(kueue_crds: Path) -> None:
     objects = [
-        resource_flavor(SPOT_FLAVOR, SPOT),
-        resource_flavor(ON_DEMAND_FLAVOR, ON_DEMAND),
+        resource_flavor("l40s-48gb", "spot"),
+        resource_flavor("l40s-48gb", "on-demand"),
         cluster_queue(ARGS, TEAM),
         local_queue(TEAM),
     ]
@@ -58,38 +63,50 @@ def test_v1beta2_is_served_by_every_kueue_crd(kueue_crds: Path) -> None:
     assert {"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort"} <= kinds
 
 
-def test_cluster_queue_tries_spot_then_on_demand_with_quotas_per_flavor() -> None:
+def test_cluster_queue_tries_each_class_spot_then_on_demand_with_quotas_per_class() -> None:
     spec = cluster_queue(ARGS, TEAM)["spec"]
     assert spec["cohortName"] == "training"
-    group = spec["resourceGroups"][0]
+    (group,) = spec["resourceGroups"]
     assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
-    spot, on_demand = group["flavors"]
-    assert (spot["name"], on_demand["name"]) == (SPOT_FLAVOR, ON_DEMAND_FLAVOR)
+    assert [f["name"] for f in group["flavors"]] == [
+        "l40s-48gb-spot",
+        "l40s-48gb-on-demand",
+        "h100-80gb-spot",
+        "h100-80gb-on-demand",
+    ]
     quota = {f["name"]: {r["name"]: r for r in f["resources"]} for f in group["flavors"]}
-    assert quota["spot"]["nvidia.com/gpu"] == {
+    assert quota["l40s-48gb-spot"]["nvidia.com/gpu"] == {
         "name": "nvidia.com/gpu",
         "nominalQuota": 64,
         "borrowingLimit": 16,
     }
-    assert quota["spot"]["cpu"]["nominalQuota"] == 64 * 8
-    assert quota["spot"]["memory"]["nominalQuota"] == f"{64 * 64}Gi"
-    assert quota["on-demand"]["nvidia.com/gpu"]["nominalQuota"] == 8
+    # CPU and memory come with each GPU, by class.
+    assert quota["l40s-48gb-spot"]["cpu"]["nominalQuota"] == 64 * 10
+    assert quota["l40s-48gb-spot"]["memory"]["nominalQuota"] == f"{64 * 80}Gi"
+    assert quota["l40s-48gb-on-demand"]["nvidia.com/gpu"]["nominalQuota"] == 8
     # On-demand is never borrowed from other teams: it is the paid fallback.
-    assert quota["on-demand"]["nvidia.com/gpu"]["borrowingLimit"] == 0
+    assert quota["l40s-48gb-on-demand"]["nvidia.com/gpu"]["borrowingLimit"] == 0
+    # No quota of a class: nothing nominal, but idle spot of others may be borrowed.
+    assert quota["h100-80gb-spot"]["nvidia.com/gpu"]["nominalQuota"] == 0
+    assert quota["h100-80gb-spot"]["nvidia.com/gpu"]["borrowingLimit"] == 16
+    assert quota["h100-80gb-spot"]["memory"]["borrowingLimit"] == f"{16 * 160}Gi"
     assert spec["flavorFungibility"]["whenCanPreempt"] == "TryNextFlavor"
     assert spec["namespaceSelector"] == {
         "matchLabels": {"kubernetes.io/metadata.name": "team-vision"}
     }
 
 
-def test_flavors_select_and_tolerate_their_nodes() -> None:
-    spot = resource_flavor(SPOT_FLAVOR, SPOT)["spec"]
-    assert spot["nodeLabels"] == {"capacity-type": "spot"}
-    assert spot["tolerations"] == [
+def test_flavors_select_their_class_and_only_on_demand_pins_the_capacity_type() -> None:
+    """The spot flavor names the class only, so the provisioner may start its pods on the class's
+    on-demand nodes when spot is dry; the on-demand flavor is on-demand nodes only."""
+    spot = resource_flavor("l40s-48gb", "spot")
+    assert spot["metadata"]["name"] == "l40s-48gb-spot"
+    assert spot["spec"]["nodeLabels"] == {"gpu-class": "l40s-48gb"}
+    assert spot["spec"]["tolerations"] == [
         {"key": "capacity-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
     ]
-    assert resource_flavor(ON_DEMAND_FLAVOR, ON_DEMAND)["spec"] == {
-        "nodeLabels": {"capacity-type": "on-demand"},
+    assert resource_flavor("l40s-48gb", "on-demand")["spec"] == {
+        "nodeLabels": {"gpu-class": "l40s-48gb", "capacity-type": "on-demand"},
         "tolerations": [],
     }
 
@@ -109,9 +126,19 @@ def test_waiting_workloads_requeue_forever() -> None:
     assert yaml.safe_load(yaml.safe_dump(config)) == config
 
 
-def test_negative_quota_is_rejected_clearly() -> None:
-    bad = TeamQueue("vision", "team-vision", spot_gpus=-1, on_demand_gpus=0)
-    with pytest.raises(ValueError, match="team 'vision': spot_gpus must be >= 0"):
-        KueueArgs(
-            teams=(bad,), spot=SPOT, on_demand=ON_DEMAND, cpu_per_gpu=8, memory_gib_per_gpu=64
-        )
+@pytest.mark.parametrize(
+    ("team", "message"),
+    [
+        (
+            TeamQueue("vision", "team-vision", quotas={"l40s-48gb": ClassQuota(spot_gpus=-1)}),
+            "team 'vision': quotas must be >= 0",
+        ),
+        (
+            TeamQueue("vision", "team-vision", quotas={"a10g-24gb": ClassQuota(spot_gpus=1)}),
+            r"team 'vision': quota of unknown classes \['a10g-24gb'\]",
+        ),
+    ],
+)
+def test_bad_quotas_are_rejected_clearly(team: TeamQueue, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KueueArgs(teams=(team,), classes=(L40S,))

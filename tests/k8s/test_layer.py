@@ -41,17 +41,21 @@ def test_components_follow_the_type_token_convention(
         "spot:priorities:Priorities",
         "spot:kueue:KueueQueues",
         "spot:templates:JobTemplates",
-        "spot:termination:NodeTerminationHandler",
+        "spot:karpenter:Karpenter",
+        "spot:gpus:GpuAgents",
         "spot:alerts:AlertRules",
         "spot:dashboards:Dashboard",
     ):
         assert token in types
 
 
-def test_notice_budget_defaults_per_cloud() -> None:
+def test_notice_budget_and_lag_default_per_cloud() -> None:
     assert KubernetesConfig().notice_for("aws") == 120
     assert KubernetesConfig().notice_for("gcp") == 15
     assert KubernetesConfig(notice_seconds=90).notice_for("aws") == 90
+    assert KubernetesConfig().notice_lag_for("aws") == 20
+    assert KubernetesConfig().notice_lag_for("gcp") == 0
+    assert KubernetesConfig(notice_lag_seconds=5).notice_lag_for("aws") == 5
 
 
 def base_config() -> dict:
@@ -60,12 +64,21 @@ def base_config() -> dict:
         "cloud": "aws",
         "region": "us-east-1",
         "zones": ["us-east-1a"],
+        "gpu_classes": [
+            {
+                "name": "a10g-24gb",
+                "instance_types": ["g5.xlarge", "g5.2xlarge"],
+                "cpu_per_gpu": 3,
+                "memory_gib_per_gpu": 12,
+                "spot_gpus": 1,
+                "on_demand_gpus": 1,
+            }
+        ],
         "teams": [
             {
                 "name": "a",
                 "namespace": "team-a",
-                "spot_gpus": 1,
-                "on_demand_gpus": 0,
+                "quotas": {"a10g-24gb": {"spot_gpus": 1}},
                 "checkpoint_prefix": "teams/a",
             }
         ],
@@ -78,13 +91,9 @@ def base_config() -> dict:
                     "max_size": 1,
                     "desired_size": 1,
                 },
-                "spot": {
-                    "instance_types": ["g5.xlarge", "g6.xlarge", "g4dn.xlarge"],
-                    "min_size": 0,
-                    "max_size": 1,
-                    "desired_size": 0,
-                },
             },
+            "spot_gpu_quota": {"g_family_vcpus": 8},
+            "on_demand_gpu_quota": {"g_family_vcpus": 8},
             "principals": {"platform_admin": ["arn:aws:iam::123456789012:role/admin"]},
         },
     }

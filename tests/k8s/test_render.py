@@ -63,7 +63,7 @@ def test_every_team_gets_namespace_quota_queue_and_templates(
     # The namespace quota never stops what Kueue admits.
     for team in PROD.teams:
         gpus = int(quota[team.namespace]["requests.nvidia.com/gpu"])
-        assert gpus >= team.spot_gpus + team.on_demand_gpus
+        assert gpus >= sum(q.spot_gpus + q.on_demand_gpus for q in team.quotas.values())
 
 
 def test_priorities_protect_services(prod_render: tuple[Rendered, Path]) -> None:
@@ -77,20 +77,59 @@ def test_priorities_protect_services(prod_render: tuple[Rendered, Path]) -> None
     assert not any(pc.get("globalDefault") for pc in classes.values())
 
 
+def chart_values(shared_schemas: Path, folder: str) -> dict:
+    return yaml.safe_load((shared_schemas / folder / "values.yaml").read_text())
+
+
 def test_helm_releases_are_pinned_and_use_real_chart_values(
     prod_render: tuple[Rendered, Path], shared_schemas: Path
 ) -> None:
     rendered, out = prod_render
     releases = {r["name"]: r for r in rendered.releases}
-    nth = releases["aws-node-termination-handler"]
-    assert (nth["chart"], nth["version"]) == ("aws-node-termination-handler", "0.27.6")
-    assert nth["values"]["enableSqsTerminationDraining"] is True
-    assert nth["values"]["queueURL"].startswith(f"https://sqs.{PROD.region}.amazonaws.com/")
-    chart = yaml.safe_load(
-        (shared_schemas / "aws-node-termination-handler-chart-0.27.6" / "values.yaml").read_text()
+    assert set(releases) == {
+        "karpenter-crd",
+        "karpenter",
+        "nvidia-device-plugin",
+        "dcgm-exporter",
+        "kueue",
+    }
+    karpenter = releases["karpenter"]
+    assert (karpenter["chart"], karpenter["version"]) == (
+        "oci://public.ecr.aws/karpenter/karpenter",
+        "1.14.1",
     )
-    unknown = list(_unknown_keys(nth["values"], chart))
-    assert unknown == []
+    assert releases["karpenter-crd"]["version"] == "1.14.1"
+    chart = yaml.safe_load((shared_schemas / "karpenter-v1.14.1" / "Chart.yaml").read_text())
+    assert chart["version"] == karpenter["version"]
+    assert (
+        list(_unknown_keys(karpenter["values"], chart_values(shared_schemas, "karpenter-v1.14.1")))
+        == []
+    )
+    settings = karpenter["values"]["settings"]
+    # Karpenter reads the stack's interruption queue; nothing else does.
+    assert settings["interruptionQueue"].startswith("prod-interruptions-queue")
+    assert settings["clusterName"] == PROD.aws.cluster.create.name
+    # The controller runs on the stable managed node group, and is told its region: with the
+    # hop limit of 1 it cannot ask IMDS.
+    assert karpenter["values"]["nodeSelector"]["node-pool"] == "stable"
+    assert {"name": "AWS_REGION", "value": PROD.region} in karpenter["values"]["controller"]["env"]
+    plugin = releases["nvidia-device-plugin"]
+    assert plugin["version"] == "0.20.0"
+    assert (
+        list(
+            _unknown_keys(
+                plugin["values"], chart_values(shared_schemas, "nvidia-device-plugin-v0.20.0")
+            )
+        )
+        == []
+    )
+    # Spot GPU nodes are tainted: without this toleration they would expose no GPUs.
+    assert {
+        "key": "capacity-type",
+        "operator": "Equal",
+        "value": "spot",
+        "effect": "NoSchedule",
+    } in (plugin["values"]["tolerations"])
     kueue = releases["kueue"]
     assert kueue["version"] == "0.19.2"
     config = yaml.safe_load(kueue["values"]["managerConfig"]["controllerManagerConfigYaml"])
@@ -101,19 +140,34 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
 
 def test_chart_value_check_catches_a_typo() -> None:
     chart = {
-        "enableSqsTerminationDraining": False,
-        "serviceAccount": {"name": None, "annotations": {}},
+        "settings": {"interruptionQueue": ""},
+        "serviceAccount": {"annotations": {}},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
     }
-    values = {"enableSQSTerminationDraining": True, "serviceAccount": {"annotations": {"a": "b"}}}
-    assert list(_unknown_keys(values, chart)) == ["enableSQSTerminationDraining"]
+    values = {
+        "settings": {"interruptionQueu": "q"},
+        "serviceAccount": {"annotations": {"a": "b"}},
+        "nodeSelector": {"node-pool": "stable"},
+    }
+    assert list(_unknown_keys(values, chart)) == ["settings.interruptionQueu"]
+
+
+# Maps of Kubernetes labels in chart values: any key goes, whatever the chart's default holds.
+LABEL_MAPS = ("nodeSelector",)
 
 
 def _unknown_keys(values: dict, chart: dict, prefix: str = ""):
-    """Keys set in `values` that the chart does not define; free-form maps ({}) take any key."""
+    """Keys set in `values` that the chart does not define; free-form maps ({}, or label maps
+    such as nodeSelector) take any key."""
     for key, value in values.items():
         if key not in chart:
             yield prefix + key
-        elif isinstance(value, dict) and isinstance(chart[key], dict) and chart[key]:
+        elif (
+            isinstance(value, dict)
+            and isinstance(chart[key], dict)
+            and chart[key]
+            and key not in LABEL_MAPS
+        ):
             yield from _unknown_keys(value, chart[key], f"{prefix}{key}.")
 
 

@@ -59,6 +59,8 @@ def test_issue_alerts_are_all_there() -> None:
         "CheckpointCorruptSkipped",
         "JobPendingOnSpotTooLong",
         "JobRunningOnFallbackTooLong",
+        "InterruptionNoticeLagHigh",
+        "NoticeSourceUnreachable",
     }
 
 

@@ -228,3 +228,80 @@ def test_karpenter_pool_with_two_instance_types_is_reported(violations):
     assert violations("karpenter-spot-pool-diversified", node_pool(requirements=narrow)) == [
         "Karpenter NodePool 'gpu-spot' allows 2 instance type(s); diversify over at least 3"
     ]
+
+
+GPU_REQUIREMENTS = [
+    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+    {
+        "key": "node.kubernetes.io/instance-type",
+        "operator": "In",
+        "values": ["g6e.12xlarge", "g6e.24xlarge", "g6e.48xlarge"],
+    },
+    {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["l40s"]},
+]
+
+
+def gpu_pool(requirements=GPU_REQUIREMENTS, limits=(("nvidia.com/gpu", "64"),)):
+    spec = {"template": {"spec": {"requirements": list(requirements)}}}
+    if limits is not None:
+        spec["limits"] = dict(limits)
+    return resource(KARPENTER, "l40s-spot", {"spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("case", "pool", "expected"),
+    [
+        ("compliant", gpu_pool(), []),
+        (
+            "violating: two models by name",
+            gpu_pool([*GPU_REQUIREMENTS[:2], {**GPU_REQUIREMENTS[2], "values": ["l40s", "a10g"]}]),
+            ["without pinning one model"],
+        ),
+        (
+            "violating: types of two accelerators",
+            gpu_pool(
+                [
+                    GPU_REQUIREMENTS[0],
+                    {**GPU_REQUIREMENTS[1], "values": ["g6e.48xlarge", "p5.48xlarge"]},
+                    GPU_REQUIREMENTS[2],
+                ]
+            ),
+            ["lists instance types of 2 accelerators: h100 80 GB, l40s 48 GB"],
+        ),
+        (
+            "missing: GPU types with no model requirement",
+            gpu_pool(GPU_REQUIREMENTS[:2]),
+            ["without pinning one model"],
+        ),
+        (
+            "a CPU pool is not concerned",
+            gpu_pool(
+                [
+                    {
+                        "key": "node.kubernetes.io/instance-type",
+                        "operator": "In",
+                        "values": ["m6i.large"],
+                    }
+                ]
+            ),
+            [],
+        ),
+    ],
+)
+def test_karpenter_gpu_pool_one_accelerator(violations, case, pool, expected):
+    found = violations("karpenter-gpu-pool-one-accelerator", pool)
+    assert len(found) == len(expected) and all(
+        e in m for e, m in zip(expected, found, strict=True)
+    ), (case, found)
+
+
+@pytest.mark.parametrize(
+    ("case", "pool", "violates"),
+    [
+        ("compliant", gpu_pool(), False),
+        ("violating: a CPU limit only", gpu_pool(limits=(("cpu", "1000"),)), True),
+        ("missing: no limits", gpu_pool(limits=None), True),
+    ],
+)
+def test_karpenter_gpu_pool_limited(violations, case, pool, violates):
+    assert bool(violations("karpenter-gpu-pool-limited", pool)) == violates, case

@@ -144,3 +144,59 @@ def test_cost_tags_from_the_stack_configured_default_provider():
             [resource("aws:sqs/queue:Queue", "q", {"tags": {"capacity-type": "spot"}})]
         )
     assert [v.policy for v in report.violations] == []
+
+
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+IMDS = {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
+
+
+@pytest.mark.parametrize(
+    ("case", "node", "expected"),
+    [
+        (
+            "compliant launch template",
+            resource(LAUNCH_TEMPLATE, "lt", {"metadataOptions": IMDS}),
+            [],
+        ),
+        (
+            "violating: hop limit 2",
+            resource(
+                LAUNCH_TEMPLATE, "lt", {"metadataOptions": {**IMDS, "httpPutResponseHopLimit": 2}}
+            ),
+            ["'lt' lets IMDS answer 2 hop(s) away; above 1, pods read the node role's credentials"],
+        ),
+        (
+            "violating: IMDSv1",
+            resource(
+                LAUNCH_TEMPLATE, "lt", {"metadataOptions": {**IMDS, "httpTokens": "optional"}}
+            ),
+            ["'lt' allows IMDSv1 (httpTokens is optional)"],
+        ),
+        (
+            "missing: launch template without metadata options",
+            resource(LAUNCH_TEMPLATE, "lt", {}),
+            ["allows IMDSv1 (httpTokens is unset)", "lets IMDS answer the default hop(s) away"],
+        ),
+        (
+            "compliant node class",
+            resource(NODE_CLASS, "nc", {"spec": {"metadataOptions": IMDS}}),
+            [],
+        ),
+        (
+            "violating: node class hop limit 2",
+            resource(
+                NODE_CLASS,
+                "nc",
+                {"spec": {"metadataOptions": {**IMDS, "httpPutResponseHopLimit": 2}}},
+            ),
+            ["'nc' lets IMDS answer 2 hop(s) away"],
+        ),
+        ("missing: Karpenter's defaults are safe", resource(NODE_CLASS, "nc", {"spec": {}}), []),
+    ],
+)
+def test_imds_keeps_pods_out(violations, case, node, expected):
+    found = violations("ec2-imds-pods-kept-out", node)
+    assert len(found) == len(expected) and all(
+        e in m for e, m in zip(expected, found, strict=True)
+    ), (case, found)

@@ -132,8 +132,16 @@ def break_regime(resource):
     inputs = resource.inputs
     if resource.type == "aws:s3/bucketVersioning:BucketVersioning":
         return None
-    if resource.type == "aws:eks/nodeGroup:NodeGroup" and inputs.get("capacityType") == "SPOT":
-        inputs = {**inputs, "taints": []}
+    if resource.type == "kubernetes:karpenter.sh/v1:NodePool" and resource.name.endswith(
+        "-spot-nodepool"
+    ):
+        template = {**inputs["spec"]["template"]["spec"], "taints": []}
+        inputs = {**inputs, "spec": {**inputs["spec"], "template": {"spec": template}}}
+    if resource.type == "aws:ec2/launchTemplate:LaunchTemplate":
+        inputs = {
+            **inputs,
+            "metadataOptions": {**inputs["metadataOptions"], "httpPutResponseHopLimit": 2},
+        }
     if resource.type.endswith(":PriorityClass") and "services" in inputs["metadata"]["name"]:
         inputs = {**inputs, "value": 1}
     if resource.type == "aws:iam/rolePolicy:RolePolicy" and resource.name.endswith("-checkpoints"):
@@ -146,13 +154,15 @@ def break_regime(resource):
 
 
 def test_the_pack_sees_the_stacks_own_resources(stack_preview):
-    """Not vacuous: break the stack's real bucket, spot pool, priorities and team roles."""
+    """Not vacuous: break the stack's real bucket, spot pools, node metadata, priorities and
+    team roles."""
     stack, resources = stack_preview
     broken = [r for r in map(break_regime, resources) if r is not None]
     report = check_preview(PACK_DIR, REPO_ROOT, stack, broken)
     assert {v.policy for v in report.mandatory} == {
         "s3-bucket-versioning-enabled",
-        "eks-spot-pool-tainted",
+        "karpenter-spot-pool-tainted",
+        "ec2-imds-pods-kept-out",
         "k8s-services-priority-not-preemptible",
         "iam-workload-no-delete-object-version",
         # the flipped statement also reaches every object of the bucket, not the team's prefix

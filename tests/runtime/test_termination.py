@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -12,7 +13,9 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client import REGISTRY
 from spotsafe.local_metadata import AwsImds, GceMetadata, iso_utc
+from spotsafe.local_servers import free_port
 from spotsafe.termination import TerminationWatcher, WatcherConfig, parse_cloud_time
 
 
@@ -44,6 +47,71 @@ def test_sigterm_becomes_a_preemption_with_the_configured_grace() -> None:
     assert proc.wait(timeout=10) == 0
     assert (notice["source"], notice["kind"]) == ("sigterm", "preemption")
     assert notice["deadline"] - notice["received_at"] == pytest.approx(7, abs=0.05)
+
+
+def test_sigterm_deadline_subtracts_the_drain_lag() -> None:
+    """A drain reaches the pod `lag` seconds after the cloud's notice; the instance still goes at
+    the notice's time, so the runtime plans its final save for grace - lag."""
+    with TerminationWatcher(WatcherConfig(sigterm_grace_s=120, sigterm_lag_s=30)):
+        # The alert on the measured lag compares against what running pods allow for.
+        assert REGISTRY.get_sample_value("spotsafe_notice_sigterm_lag_seconds") == 30
+    proc = start_probe(
+        {
+            "SPOTSAFE_NOTICE_SOURCES": "sigterm",
+            "SPOTSAFE_SIGTERM_GRACE_S": "120",
+            "SPOTSAFE_SIGTERM_LAG_S": "30",
+        }
+    )
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    notice = next_notice(proc)
+    assert proc.wait(timeout=10) == 0
+    assert notice["deadline"] - notice["received_at"] == pytest.approx(90, abs=0.05)
+
+
+def reachable(source: str) -> float | None:
+    return REGISTRY.get_sample_value("spotsafe_notice_source_reachable", {"source": source})
+
+
+def wait_for(predicate, timeout_s: float = 5.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_unreachable_imds_is_one_warning_and_a_metric_and_sigterm_still_works(caplog) -> None:
+    """As from a pod behind a hop limit of 1: nothing answers at the IMDS address."""
+    caplog.set_level(logging.WARNING, logger="spotsafe.termination")
+    config = WatcherConfig(
+        sources=("sigterm", "aws"),
+        sigterm_grace_s=10,
+        aws_endpoint=f"http://127.0.0.1:{free_port()}",
+        aws_poll_s=0.1,
+    )
+    with TerminationWatcher(config) as watcher:
+        assert wait_for(lambda: reachable("aws") == 0)
+        time.sleep(0.5)  # several more failed polls
+        warnings = [r.getMessage() for r in caplog.records if "cannot be reached" in r.message]
+        assert len(warnings) == 1, "a warning per outage, not per poll"
+        assert "notice source aws" in warnings[0] and "hop limit of 2" in warnings[0]
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert wait_for(lambda: bool(watcher.poll()) or watcher.preemption is not None)
+        assert watcher.preemption.source == "sigterm"
+
+
+def test_imds_that_stops_answering_turns_the_metric_to_zero(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="spotsafe.termination")
+    imds = AwsImds().start()
+    config = WatcherConfig(sources=("aws",), aws_endpoint=imds.url, aws_poll_s=0.1)
+    with TerminationWatcher(config):
+        assert wait_for(lambda: reachable("aws") == 1)
+        assert not any("cannot be reached" in r.message for r in caplog.records)
+        imds.close()
+        assert wait_for(lambda: reachable("aws") == 0)
+    assert any("cannot be reached" in r.message for r in caplog.records)
 
 
 def test_aws_imds_rebalance_then_instance_action_with_the_notice_time_as_deadline() -> None:
@@ -150,6 +218,10 @@ def test_gce_emulator_requires_the_flavor_header() -> None:
         ({"SPOTSAFE_NOTICE_SOURCES": "sigterm,azure"}, "unknown notice source(s) azure"),
         ({"SPOTSAFE_IMDS_POLL_S": "30"}, "poll interval must be in (0, 5]"),
         ({"SPOTSAFE_SIGTERM_GRACE_S": "soon"}, "SPOTSAFE_SIGTERM_GRACE_S must be a number"),
+        (
+            {"SPOTSAFE_SIGTERM_GRACE_S": "30", "SPOTSAFE_SIGTERM_LAG_S": "30"},
+            "SPOTSAFE_SIGTERM_LAG_S must be in [0, 30) s",
+        ),
     ],
 )
 def test_bad_settings_are_named_without_a_traceback(env: dict[str, str], message: str) -> None:

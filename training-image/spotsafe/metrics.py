@@ -62,6 +62,15 @@ notices = Counter(
     "Termination notices received, by source (sigterm, aws, gce) and kind (preemption, rebalance)",
     ["source", "kind"],
 )
+sigterm_lag = Gauge(
+    "spotsafe_notice_sigterm_lag_seconds",
+    "The drain lag this process allows for: its SIGTERM deadline is the grace less this",
+)
+notice_source_reachable = Gauge(
+    "spotsafe_notice_source_reachable",
+    "1 while a watched notice source (aws, gce) answers, 0 while it cannot be reached",
+    ["source"],
+)
 final_saves = Counter(
     "spotsafe_final_saves_total",
     "Final saves after a preemption notice, by whether the measured save time fitted the deadline",

@@ -2,12 +2,19 @@
 
 Sources, chosen with SPOTSAFE_NOTICE_SOURCES (comma list, default "sigterm"):
 - ``sigterm``: pod deletion, node drain, GKE graceful shutdown. The deadline is the configured
-  grace (SPOTSAFE_SIGTERM_GRACE_S, default 30 s, the Kubernetes default).
+  grace (SPOTSAFE_SIGTERM_GRACE_S, default 30 s, the Kubernetes default) less the drain's lag
+  (SPOTSAFE_SIGTERM_LAG_S, default 0): when a drain follows the cloud's notice through a queue
+  (AWS: EventBridge, SQS, the provisioner), SIGTERM arrives that much after the notice, but the
+  instance still goes at the notice's time.
 - ``aws``: IMDSv2 with a session token; ``spot/instance-action`` (deadline: the notice's time) and
   ``events/recommendations/rebalance`` (an early warning, no deadline), polled every
   SPOTSAFE_IMDS_POLL_S seconds (at most 5). Endpoint: AWS_EC2_METADATA_SERVICE_ENDPOINT.
 - ``gce``: ``instance/preempted`` read with ``wait_for_change``; the deadline is 30 s after it
   turns TRUE (SPOTSAFE_GCE_NOTICE_S). Host: GCE_METADATA_HOST, as Google's libraries read it.
+
+A notice source that cannot be reached (IMDS behind a hop limit of 1, no metadata server) is a
+warning when it first fails and when it answers again, and the gauge
+``spotsafe_notice_source_reachable{source}`` says which sources are watched blind.
 
 Signal handlers and poller threads only append to a queue; `poll()` in the training loop turns
 what arrived into notices, logs them and counts them, so nothing takes a lock inside a handler.
@@ -47,6 +54,11 @@ _AWS_TOKEN_TTL_S = 21600
 _AWS_ACTIONS = ("terminate", "stop", "hibernate")
 _AWS_NOTICE_S = 120.0
 _HTTP_TIMEOUT_S = 2.0
+# A pod reaches IMDSv2 only if the instance's PUT response hop limit counts its network hop.
+_AWS_UNREACHABLE_HINT = (
+    "; from a pod, IMDSv2 needs an instance metadata hop limit of 2 (the platform keeps 1 and "
+    "watches SIGTERM alone)"
+)
 # A GCE long poll is re-armed this often so a dead connection is noticed.
 _GCE_WAIT_S = 60
 
@@ -73,6 +85,9 @@ class WatcherConfig:
     sources: tuple[str, ...] = ("sigterm",)
     sigterm_grace_s: float = 30.0
     """Seconds between SIGTERM and SIGKILL; match the pod's terminationGracePeriodSeconds."""
+    sigterm_lag_s: float = 0.0
+    """How long after the cloud's notice SIGTERM may arrive (the drain's queue lag): the
+    instance goes at the notice's time, so the SIGTERM deadline is the grace less this lag."""
     aws_endpoint: str = AWS_DEFAULT_ENDPOINT
     aws_poll_s: float = AWS_MAX_POLL_S
     gce_host: str = GCE_DEFAULT_HOST
@@ -89,6 +104,11 @@ class WatcherConfig:
             raise ConfigError(f"IMDS poll interval must be in (0, {AWS_MAX_POLL_S:g}] s")
         if self.sigterm_grace_s <= 0 or self.gce_notice_s <= 0:
             raise ConfigError("notice budgets must be positive seconds")
+        if not 0 <= self.sigterm_lag_s < self.sigterm_grace_s:
+            raise ConfigError(
+                f"SPOTSAFE_SIGTERM_LAG_S must be in [0, {self.sigterm_grace_s:g}) s "
+                "(below SPOTSAFE_SIGTERM_GRACE_S)"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> WatcherConfig:
@@ -103,6 +123,7 @@ class WatcherConfig:
         return cls(
             sources=tuple(s.strip() for s in raw_sources.split(",") if s.strip()),
             sigterm_grace_s=seconds("SPOTSAFE_SIGTERM_GRACE_S", cls.sigterm_grace_s),
+            sigterm_lag_s=seconds("SPOTSAFE_SIGTERM_LAG_S", cls.sigterm_lag_s),
             aws_endpoint=environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or AWS_DEFAULT_ENDPOINT,
             aws_poll_s=seconds("SPOTSAFE_IMDS_POLL_S", AWS_MAX_POLL_S),
             gce_host=environ.get("GCE_METADATA_HOST") or GCE_DEFAULT_HOST,
@@ -128,6 +149,7 @@ class TerminationWatcher:
     def start(self) -> TerminationWatcher:
         if "sigterm" in self.config.sources:
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+            metrics.sigterm_lag.set(self.config.sigterm_lag_s)
         pollers = {"aws": self._poll_aws, "gce": self._watch_gce}
         for source in self.config.sources:
             if source in pollers:
@@ -172,14 +194,17 @@ class TerminationWatcher:
         self._inbox.append(Notice(source, kind, time.time(), deadline))
 
     def _on_sigterm(self, signum, frame) -> None:
-        self._post("sigterm", PREEMPTION, time.time() + self.config.sigterm_grace_s)
+        left = self.config.sigterm_grace_s - self.config.sigterm_lag_s
+        self._post("sigterm", PREEMPTION, time.time() + left)
 
     def _poll_aws(self) -> None:
         imds = _Imds(self.config.aws_endpoint)
+        reach = _Reachability("aws", f"IMDS at {self.config.aws_endpoint}", _AWS_UNREACHABLE_HINT)
         rebalance_seen = False
         while not self._stop.is_set():
             try:
                 action = imds.get_json("/latest/meta-data/spot/instance-action")
+                reach.answered()
                 if action is not None and action.get("action") in _AWS_ACTIONS:
                     self._post("aws", PREEMPTION, _aws_deadline(action))
                     return
@@ -189,12 +214,13 @@ class TerminationWatcher:
                         rebalance_seen = True
                         self._post("aws", REBALANCE, None)
             except (OSError, ValueError, KeyError) as exc:
-                log.debug("IMDS at %s not answering: %s", self.config.aws_endpoint, exc)
+                reach.failed(exc)
             self._stop.wait(self.config.aws_poll_s)
 
     def _watch_gce(self) -> None:
         base = self.config.gce_host
         url = f"{base if '://' in base else 'http://' + base}/computeMetadata/v1/instance/preempted"
+        reach = _Reachability("gce", f"GCE metadata at {url}", "")
         etag = None
         while not self._stop.is_set():
             query = "" if etag is None else f"?wait_for_change=true&last_etag={etag}"
@@ -206,12 +232,41 @@ class TerminationWatcher:
                     value = response.read().decode().strip()
                     etag = response.headers.get("ETag", etag)
             except OSError as exc:
-                log.debug("GCE metadata at %s not answering: %s", url, exc)
+                reach.failed(exc)
                 self._stop.wait(1.0)
                 continue
+            reach.answered()
             if value == "TRUE":
                 self._post("gce", PREEMPTION, time.time() + self.config.gce_notice_s)
                 return
+
+
+class _Reachability:
+    """Whether a notice source answers: a warning on each change, and a gauge for alerts."""
+
+    def __init__(self, source: str, what: str, hint: str) -> None:
+        self.source, self.what, self.hint = source, what, hint
+        self.reachable: bool | None = None
+        self._gauge = metrics.notice_source_reachable.labels(source=source)
+
+    def answered(self) -> None:
+        if self.reachable is False:
+            log.warning("notice source %s: %s answers again", self.source, self.what)
+        self.reachable = True
+        self._gauge.set(1)
+
+    def failed(self, exc: Exception) -> None:
+        if self.reachable is not False:
+            log.warning(
+                "notice source %s: %s cannot be reached (%s); its notices will be missed "
+                "until it answers%s",
+                self.source,
+                self.what,
+                exc,
+                self.hint,
+            )
+        self.reachable = False
+        self._gauge.set(0)
 
 
 def _aws_deadline(action: dict) -> float:

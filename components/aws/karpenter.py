@@ -1,0 +1,490 @@
+"""Karpenter: the GPU provisioner on EKS. Per GPU class, a spot NodePool and an on-demand one.
+
+- `KarpenterIdentity` (AWS): the controller's role, bound to its service account through EKS
+  Pod Identity; the role of the nodes it launches, with the access entry that lets them join.
+- `Karpenter` (Kubernetes, built by the Kubernetes layer on its provider): the CRD and controller
+  charts (the controller on the stable managed node group), an EC2NodeClass and a NodePool per
+  class and capacity type.
+
+Spot first, on-demand as the fallback: the spot NodePool weighs more, so Karpenter tries it
+first. When EC2 answers a spot launch with insufficient capacity, Karpenter marks those
+offerings unavailable (for three minutes) and launches from the class's on-demand NodePool in
+its next round, seconds later, with no manual step. A later launch tries spot again.
+
+Training nodes are never moved while a run is on them: training pods carry
+`karpenter.sh/do-not-disrupt`, NodePools consolidate only empty nodes, never expire nodes and
+never replace drifted ones (a budget of zero for Drifted and Underutilized). Interruptions are
+not voluntary: on a spot interruption warning Karpenter drains the node, and since its
+terminationGracePeriod equals the pods' grace period, it deletes a do-not-disrupt pod at once, so
+the runtime gets SIGTERM with the whole notice still ahead (less the queue's lag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws.iam import NodeRole, NodeRoleArgs, trust_policy
+from components.capacity import MAX_PODS
+from components.k8s.objects import Chart, custom_resource, helm_release
+from components.pools import ClassPool
+
+CHART_VERSION = "1.14.1"
+CHART = Chart("karpenter", "oci://public.ecr.aws/karpenter/karpenter", CHART_VERSION)
+# The CRDs as a chart of their own, so that an upgrade updates them (Helm never does for a
+# chart's crds/ folder).
+CRD_CHART = Chart("karpenter-crd", "oci://public.ecr.aws/karpenter/karpenter-crd", CHART_VERSION)
+NAMESPACE = "kube-system"
+SERVICE_ACCOUNT = "karpenter"
+NODE_POOL_API = "karpenter.sh/v1"
+NODE_CLASS_API = "karpenter.k8s.aws/v1"
+# The annotation that keeps Karpenter from moving a pod's node voluntarily.
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
+# Higher weight is tried first: spot, then the class's on-demand pool.
+WEIGHTS = {"spot": 100, "on-demand": 10}
+# An empty GPU node waits this long for the next pod (a requeued run resumes on it) and goes.
+CONSOLIDATE_AFTER = "5m"
+ARCH_LABELS = {"x86_64": "amd64", "arm64": "arm64"}
+# Karpenter's label for the GPU memory is in MiB as EC2 reports it, a little under the GiB sold
+# (an L4 reports 22 888 MiB of its 24 GB): select by a floor at 90 % of the class's memory.
+GPU_MEMORY_FLOOR = 0.9
+
+
+@dataclass(frozen=True)
+class KarpenterIdentityArgs:
+    cluster_name: pulumi.Input[str]
+    cluster_arn: pulumi.Input[str]
+    region: str
+    interruption_queue_arn: pulumi.Input[str]
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class KarpenterIdentity(pulumi.ComponentResource):
+    """The controller's role (Pod Identity) and its nodes' role (access entry EC2_LINUX)."""
+
+    node_role_name: pulumi.Output[str]
+    controller_role_arn: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: KarpenterIdentityArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:karpenter:KarpenterIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        nodes = NodeRole(f"{name}-node", NodeRoleArgs(tags=args.tags), opts=child)
+        aws.eks.AccessEntry(
+            f"{name}-node",
+            cluster_name=args.cluster_name,
+            principal_arn=nodes.arn,
+            type="EC2_LINUX",
+            tags=args.tags,
+            opts=child,
+        )
+        controller = aws.iam.Role(
+            f"{name}-controller",
+            assume_role_policy=trust_policy({"Service": "pods.eks.amazonaws.com"}),
+            tags=args.tags,
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-controller",
+            role=controller.id,
+            policy=pulumi.Output.json_dumps(
+                pulumi.Output.all(
+                    args.cluster_name, args.cluster_arn, args.interruption_queue_arn, nodes.arn
+                ).apply(lambda values: controller_policy(*values, region=args.region))
+            ),
+            opts=child,
+        )
+        aws.eks.PodIdentityAssociation(
+            f"{name}-controller",
+            cluster_name=args.cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            role_arn=controller.arn,
+            tags=args.tags,
+            opts=child,
+        )
+        self.node_role_name, self.controller_role_arn = nodes.name, controller.arn
+        self.register_outputs(
+            {"node_role_name": self.node_role_name, "controller_role_arn": controller.arn}
+        )
+
+
+def controller_policy(
+    cluster_name: str, cluster_arn: str, queue_arn: str, node_role_arn: str, region: str
+) -> dict:
+    """What the controller may do: launch and tag instances only with this cluster's tags,
+    terminate only what it launched, pass only the nodes' role, read its interruption queue."""
+    ec2 = f"arn:aws:ec2:{region}"
+    owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    launched = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    profile_request = {**owned, "aws:RequestTag/topology.kubernetes.io/region": region}
+    profile_resource = {**launched, "aws:ResourceTag/topology.kubernetes.io/region": region}
+    created = [
+        f"{ec2}:*:{kind}/*"
+        for kind in ("fleet", "instance", "volume", "network-interface", "launch-template")
+    ]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "LaunchFromSharedResources",
+                "Effect": "Allow",
+                "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+                "Resource": [f"{ec2}::image/*", f"{ec2}::snapshot/*"]
+                + [
+                    f"{ec2}:*:{kind}/*"
+                    for kind in (
+                        "spot-instances-request",
+                        "security-group",
+                        "subnet",
+                        "launch-template",
+                    )
+                ],
+            },
+            {
+                "Sid": "CreateTaggedForThisCluster",
+                "Effect": "Allow",
+                "Action": ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
+                "Resource": created,
+                "Condition": {
+                    "StringEquals": owned,
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+                },
+            },
+            {
+                "Sid": "TagOnCreate",
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": created,
+                "Condition": {
+                    "StringEquals": {
+                        **owned,
+                        "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"],
+                    },
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+                },
+            },
+            {
+                "Sid": "NameItsInstances",
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": f"{ec2}:*:instance/*",
+                "Condition": {
+                    "StringEquals": launched,
+                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                    "ForAllValues:StringEquals": {
+                        "aws:TagKeys": ["karpenter.sh/nodeclaim", "Name"]
+                    },
+                },
+            },
+            {
+                "Sid": "DeleteOnlyWhatItLaunched",
+                "Effect": "Allow",
+                "Action": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+                "Resource": [f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
+                "Condition": {
+                    "StringEquals": launched,
+                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                },
+            },
+            {
+                "Sid": "ReadTheRegion",
+                "Effect": "Allow",
+                "Action": [
+                    "ec2:DescribeAvailabilityZones",
+                    "ec2:DescribeImages",
+                    "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceTypeOfferings",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplates",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeSpotPriceHistory",
+                    "ec2:DescribeSubnets",
+                ],
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:RequestedRegion": region}},
+            },
+            {
+                "Sid": "ResolveAmiAliases",
+                "Effect": "Allow",
+                "Action": "ssm:GetParameter",
+                "Resource": f"arn:aws:ssm:{region}::parameter/aws/service/*",
+            },
+            {
+                "Sid": "ReadPrices",
+                "Effect": "Allow",
+                "Action": "pricing:GetProducts",
+                "Resource": "*",
+            },
+            {
+                "Sid": "ConsumeInterruptionQueue",
+                "Effect": "Allow",
+                "Action": [
+                    "sqs:DeleteMessage",
+                    "sqs:GetQueueAttributes",
+                    "sqs:GetQueueUrl",
+                    "sqs:ReceiveMessage",
+                ],
+                "Resource": queue_arn,
+            },
+            {
+                "Sid": "PassOnlyTheNodeRole",
+                "Effect": "Allow",
+                "Action": "iam:PassRole",
+                "Resource": node_role_arn,
+                "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+            },
+            {
+                "Sid": "CreateInstanceProfiles",
+                "Effect": "Allow",
+                "Action": "iam:CreateInstanceProfile",
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": profile_request,
+                    "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            },
+            {
+                "Sid": "TagItsInstanceProfiles",
+                "Effect": "Allow",
+                "Action": "iam:TagInstanceProfile",
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": {**profile_resource, **profile_request},
+                    "StringLike": {
+                        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                    },
+                },
+            },
+            {
+                "Sid": "ManageItsInstanceProfiles",
+                "Effect": "Allow",
+                "Action": [
+                    "iam:AddRoleToInstanceProfile",
+                    "iam:RemoveRoleFromInstanceProfile",
+                    "iam:DeleteInstanceProfile",
+                ],
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": profile_resource,
+                    "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            },
+            {
+                "Sid": "ReadInstanceProfiles",
+                "Effect": "Allow",
+                "Action": "iam:GetInstanceProfile",
+                "Resource": "*",
+            },
+            {
+                "Sid": "FindTheApiServer",
+                "Effect": "Allow",
+                "Action": "eks:DescribeCluster",
+                "Resource": cluster_arn,
+            },
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class KarpenterArgs:
+    cluster_name: pulumi.Input[str]
+    # Named, since the controller cannot ask IMDS for it (hop limit 1 keeps pods out).
+    region: str
+    interruption_queue_name: pulumi.Input[str]
+    node_role_name: pulumi.Input[str]
+    subnet_ids: pulumi.Input[list[str]]
+    security_group_ids: pulumi.Input[list[str]]
+    pools: tuple[ClassPool, ...]
+    zones: tuple[str, ...]
+    ami_alias: str
+    # Seconds from a notice to the kill: the nodes' terminationGracePeriod, so that a draining
+    # node deletes its do-not-disrupt training pods at once, with their whole grace period.
+    notice_seconds: int
+    # Cost tags on the instances and volumes, by capacity type.
+    tags: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The stable managed node group's labels: the controller runs there, never on its own nodes.
+    controller_node_labels: Mapping[str, str] = field(default_factory=dict)
+    controller_replicas: int = 2
+    # Labels the Prometheus operator selects ServiceMonitors by.
+    monitor_labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.pools:
+            raise ValueError("KarpenterArgs.pools: at least one GPU class pool")
+        if not self.zones:
+            raise ValueError("KarpenterArgs.zones: at least one zone")
+        if self.ami_alias.endswith("@latest"):
+            raise ValueError(
+                f"KarpenterArgs.ami_alias: pin a version, not {self.ami_alias!r}: an unpinned "
+                "AMI rolls every GPU node whenever AWS publishes one"
+            )
+        if self.controller_replicas < 1:
+            raise ValueError("KarpenterArgs.controller_replicas: at least 1")
+
+
+def controller_values(args: KarpenterArgs) -> dict:
+    """Chart values; every key exists in the chart's values.yaml of CHART_VERSION."""
+    return {
+        "settings": {
+            "clusterName": args.cluster_name,
+            "interruptionQueue": args.interruption_queue_name,
+            # A class lists few types; when they cannot all be offered, launch what can be.
+            "minValuesPolicy": "BestEffort",
+        },
+        "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT},
+        "replicas": args.controller_replicas,
+        "nodeSelector": {"kubernetes.io/os": "linux", **args.controller_node_labels},
+        "controller": {
+            "env": [{"name": "AWS_REGION", "value": args.region}],
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi"},
+                "limits": {"memory": "1Gi"},
+            },
+        },
+        "serviceMonitor": {"enabled": True, "additionalLabels": dict(args.monitor_labels)},
+    }
+
+
+def ec2_node_class(args: KarpenterArgs, pool: ClassPool) -> dict:
+    return {
+        "apiVersion": NODE_CLASS_API,
+        "kind": "EC2NodeClass",
+        "metadata": {"name": pool.name},
+        "spec": {
+            "role": args.node_role_name,
+            "amiSelectorTerms": [{"alias": args.ami_alias}],
+            "subnetSelectorTerms": pulumi.Output.from_input(args.subnet_ids).apply(
+                lambda ids: [{"id": i} for i in ids]
+            ),
+            "securityGroupSelectorTerms": pulumi.Output.from_input(args.security_group_ids).apply(
+                lambda ids: [{"id": i} for i in ids]
+            ),
+            # As on every node: IMDSv2 only, out of reach of pods (hop limit 1).
+            "metadataOptions": {
+                "httpEndpoint": "enabled",
+                "httpProtocolIPv6": "disabled",
+                "httpPutResponseHopLimit": 1,
+                "httpTokens": "required",
+            },
+            "blockDeviceMappings": [
+                {
+                    "deviceName": "/dev/xvda",
+                    "ebs": {
+                        "volumeSize": f"{pool.disk_size_gib}Gi",
+                        "volumeType": "gp3",
+                        "encrypted": True,
+                        "deleteOnTermination": True,
+                    },
+                }
+            ],
+            # Local NVMe, where the type has it, becomes the node's ephemeral storage: the
+            # runtime's local staging tier (/scratch) lives there.
+            "instanceStorePolicy": "RAID0",
+            "kubelet": {"maxPods": MAX_PODS},
+            # Reach the instances, their volumes and network interfaces: cost tags on the bill.
+            "tags": dict(args.tags.get(pool.capacity, {})),
+        },
+    }
+
+
+def node_pool(args: KarpenterArgs, pool: ClassPool) -> dict:
+    spot = pool.capacity == "spot"
+    types = {
+        "key": "node.kubernetes.io/instance-type",
+        "operator": "In",
+        "values": list(pool.instance_types),
+    }
+    zones = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": list(args.zones)}
+    if spot:
+        # Spot stays available by spreading over sizes and zones.
+        types["minValues"] = min(3, len(pool.instance_types))
+        zones["minValues"] = min(2, len(args.zones))
+    return {
+        "apiVersion": NODE_POOL_API,
+        "kind": "NodePool",
+        "metadata": {"name": pool.name},
+        "spec": {
+            "weight": WEIGHTS[pool.capacity],
+            "template": {
+                "metadata": {"labels": pool.labels},
+                "spec": {
+                    "nodeClassRef": {
+                        "group": "karpenter.k8s.aws",
+                        "kind": "EC2NodeClass",
+                        "name": pool.name,
+                    },
+                    "requirements": [
+                        {
+                            "key": "karpenter.sh/capacity-type",
+                            "operator": "In",
+                            "values": [pool.capacity],
+                        },
+                        types,
+                        {
+                            "key": "karpenter.k8s.aws/instance-gpu-name",
+                            "operator": "In",
+                            "values": [pool.gpu],
+                        },
+                        {
+                            "key": "karpenter.k8s.aws/instance-gpu-memory",
+                            "operator": "Gt",
+                            "values": [str(int(pool.gpu_memory_gib * 1024 * GPU_MEMORY_FLOOR))],
+                        },
+                        zones,
+                        {
+                            "key": "kubernetes.io/arch",
+                            "operator": "In",
+                            "values": [ARCH_LABELS[pool.architecture]],
+                        },
+                    ],
+                    "taints": [
+                        {"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints
+                    ],
+                    # Nodes live as long as their work: no forced replacement under a run.
+                    "expireAfter": "Never",
+                    "terminationGracePeriod": f"{args.notice_seconds}s",
+                },
+            },
+            "disruption": {
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": CONSOLIDATE_AFTER,
+                "budgets": [
+                    {"nodes": "100%", "reasons": ["Empty"]},
+                    {"nodes": "0", "reasons": ["Drifted", "Underutilized"]},
+                ],
+            },
+            "limits": {"nvidia.com/gpu": str(pool.max_gpus)},
+        },
+    }
+
+
+class Karpenter(pulumi.ComponentResource):
+    """The controller and, per class and capacity type, an EC2NodeClass and a NodePool."""
+
+    def __init__(
+        self, name: str, args: KarpenterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot:karpenter:Karpenter", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        crds = helm_release(f"{name}-crd", CRD_CHART, NAMESPACE, {}, child)
+        controller = helm_release(
+            f"{name}-controller",
+            CHART,
+            NAMESPACE,
+            controller_values(args),
+            pulumi.ResourceOptions(parent=self, depends_on=[crds]),
+            skip_crds=True,
+        )
+        after_controller = pulumi.ResourceOptions(parent=self, depends_on=[crds, controller])
+        for pool in args.pools:
+            custom_resource(
+                f"{name}-{pool.name}-nodeclass", ec2_node_class(args, pool), after_controller
+            )
+            custom_resource(f"{name}-{pool.name}-nodepool", node_pool(args, pool), after_controller)
+        self.register_outputs({"nodePools": [pool.name for pool in args.pools]})

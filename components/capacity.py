@@ -1,0 +1,365 @@
+"""Checks that refuse a stack whose capacity cannot run its jobs, each naming a field path.
+
+`load_config` runs them once the schema holds. Everything is measured against the catalog
+(`components/catalog.yaml`):
+
+- every instance type is in the catalog, every zone is one of the region's;
+- a GPU class is one accelerator model and memory, named after it, on the GPU AMI's architecture;
+- the teams' quotas of a class fit in its pools' limits, and the pools' limits in the requested
+  service quotas (vCPUs per instance family, spot and on-demand);
+- every Job template's pod fits at least one instance type of its class, after what the node
+  keeps for itself.
+
+A check that spans two fields reports at the one that asks for capacity (a quota, a template)
+and names the one that provides it in its message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from components.catalog import Catalog, InstanceType, catalog, class_name
+
+if TYPE_CHECKING:
+    from components.config import GpuClass, StackConfig
+
+Problem = tuple[str, str]
+
+# What a node keeps for itself, as Karpenter computes it for the EKS AMIs (and the kubelet then
+# enforces): kube-reserved CPU is 6 % of the first core, 1 % of the second, 0.5 % of the next
+# two and 0.25 % of the rest; kube-reserved memory is 11 MiB per pod plus 255 MiB; the kubelet
+# evicts below 100 MiB free; and the hypervisor takes 7.5 % of the memory sold
+# (settings.vmMemoryOverheadPercent).
+MAX_PODS = 29  # kubelet maxPods on GPU nodes: the ENI limit of the smallest GPU type
+EVICTION_MIB = 100
+VM_MEMORY_OVERHEAD = 0.075
+# Requests of the DaemonSets on every GPU node (VPC CNI, kube-proxy, the Pod Identity agent, the
+# NVIDIA device plugin, the DCGM exporter, the Prometheus node exporter), with headroom.
+DAEMONSET_MILLICPU = 500
+DAEMONSET_MIB = 1024
+# EC2 service quota groups of the GPU instance families, by the family's first letter.
+QUOTA_FAMILIES = {"p": "p_family_vcpus", "g": "g_family_vcpus"}
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    """What a pod can request on an empty node of one instance type."""
+
+    millicpu: int
+    memory_mib: int
+    gpus: int
+
+
+def allocatable(instance: InstanceType) -> Allocatable:
+    cores = instance.vcpus
+    reserved_millicpu = (
+        60
+        + 10 * min(max(cores - 1, 0), 1)
+        + 5 * min(max(cores - 2, 0), 2)
+        + 2.5 * max(cores - 4, 0)
+    )
+    memory_mib = instance.memory_gib * 1024 * (1 - VM_MEMORY_OVERHEAD)
+    reserved_mib = 11 * MAX_PODS + 255 + EVICTION_MIB
+    return Allocatable(
+        millicpu=int(cores * 1000 - reserved_millicpu - DAEMONSET_MILLICPU),
+        memory_mib=int(memory_mib - reserved_mib - DAEMONSET_MIB),
+        gpus=instance.gpus,
+    )
+
+
+def capacity_problems(config: StackConfig) -> list[Problem]:
+    """Every capacity problem of a schema-valid config, as (field path, message)."""
+    known = catalog(config.cloud)
+    problems = _zone_problems(config, known)
+    classes = {}
+    for index, gpu_class in enumerate(config.gpu_classes):
+        found = _class_problems(config, index, gpu_class, known)
+        problems += found
+        if not found:
+            types = [known.instance_types[name] for name in gpu_class.instance_types]
+            classes[gpu_class.name] = (index, gpu_class, types)
+    if config.aws is not None:
+        problems += _pool_problems(config, known)
+    problems += _quota_problems(config, classes)
+    problems += _template_problems(config, classes)
+    if config.aws is not None and not problems:
+        problems += _service_quota_problems(config, classes, known)
+    kube = config.kubernetes
+    if kube.notice_lag_for(config.cloud) >= kube.notice_for(config.cloud):
+        problems.append(
+            (
+                "kubernetes.notice_lag_seconds",
+                f"{kube.notice_lag_for(config.cloud)} s leaves no time of the "
+                f"{kube.notice_for(config.cloud)} s notice for the final save",
+            )
+        )
+    return problems
+
+
+def _zone_problems(config: StackConfig, known: Catalog) -> list[Problem]:
+    zones = known.zones.get(config.region)
+    if zones is None:
+        return [
+            (
+                "region",
+                f"{config.region!r} has no zones in the catalog (components/catalog.yaml); "
+                f"known regions: {', '.join(sorted(known.zones))}",
+            )
+        ]
+    return [
+        (f"zones[{i}]", f"{zone!r} is not a zone of {config.region} ({', '.join(zones)})")
+        for i, zone in enumerate(config.zones)
+        if zone not in zones
+    ]
+
+
+def _unknown(path: str, name: str, known: Catalog) -> Problem | None:
+    if name in known.instance_types:
+        return None
+    return (path, f"unknown instance type {name!r}: not in the catalog (components/catalog.yaml)")
+
+
+def _class_problems(
+    config: StackConfig, index: int, gpu_class: GpuClass, known: Catalog
+) -> list[Problem]:
+    where = f"gpu_classes[{index}]"
+    problems = []
+    first = None
+    for i, name in enumerate(gpu_class.instance_types):
+        path = f"{where}.instance_types[{i}]"
+        unknown = _unknown(path, name, known)
+        if unknown:
+            problems.append(unknown)
+            continue
+        instance = known.instance_types[name]
+        if instance.accelerator is None:
+            problems.append((path, f"{name!r} has no GPU; a GPU class lists GPU types only"))
+            continue
+        if first is None:
+            first = instance
+        elif instance.accelerator != first.accelerator:
+            problems.append(
+                (
+                    path,
+                    f"{name!r} carries {_gpu(instance)} GPUs but {first.name!r} carries "
+                    f"{_gpu(first)}: a class never mixes accelerator models",
+                )
+            )
+            continue
+        arch = config.aws.gpu_ami.architecture if config.aws else instance.architecture
+        if instance.architecture != arch:
+            problems.append(
+                (
+                    path,
+                    f"{name!r} is {instance.architecture}, but GPU nodes run the {arch} AMI and "
+                    "image (aws.gpu_ami.architecture)",
+                )
+            )
+    if first is not None and gpu_class.name != class_name(first.accelerator):
+        problems.append(
+            (
+                f"{where}.name",
+                f"{gpu_class.name!r} does not name its GPUs: its types carry {_gpu(first)}, "
+                f"so call it {class_name(first.accelerator)!r}",
+            )
+        )
+    return problems
+
+
+def _gpu(instance: InstanceType) -> str:
+    return f"{instance.gpu} {instance.gpu_memory_gib} GB"
+
+
+def _pool_problems(config: StackConfig, known: Catalog) -> list[Problem]:
+    """The managed node groups: known types, one architecture, GPU or CPU but not both; GPUs of a
+    class of the stack."""
+    problems = []
+    pools = config.aws.pools
+    classes = {c.name for c in config.gpu_classes}
+    for tier in ("stable", "buffer"):
+        pool = getattr(pools, tier)
+        if pool is None:
+            continue
+        where = f"aws.pools.{tier}.instance_types"
+        unknown = [
+            p
+            for i, name in enumerate(pool.instance_types)
+            if (p := _unknown(f"{where}[{i}]", name, known))
+        ]
+        if unknown:
+            problems += unknown
+            continue
+        types = [known.instance_types[name] for name in pool.instance_types]
+        if len({t.architecture for t in types}) > 1 or len({t.gpus > 0 for t in types}) > 1:
+            problems.append(
+                (
+                    where,
+                    "one node group needs one AMI: do not mix CPU architectures or GPU and CPU "
+                    f"types ({', '.join(f'{t.name} {t.architecture}' for t in types)})",
+                )
+            )
+        elif types[0].gpus and types[0].architecture != config.aws.gpu_ami.architecture:
+            problems.append(
+                (
+                    where,
+                    f"GPU types of {types[0].architecture} cannot run the training image built "
+                    f"for {config.aws.gpu_ami.architecture} (aws.gpu_ami.architecture)",
+                )
+            )
+        elif types[0].gpus and len({t.accelerator for t in types}) > 1:
+            problems.append((where, "one node group of GPUs has one accelerator model and memory"))
+        elif types[0].gpus and class_name(types[0].accelerator) not in classes:
+            problems.append(
+                (
+                    where,
+                    f"its GPUs ({_gpu(types[0])}) are of no class in gpu_classes[].name: add "
+                    f"{class_name(types[0].accelerator)!r}, so training runs on the buffer when "
+                    "it is free",
+                )
+            )
+    return problems
+
+
+def _quota_problems(config: StackConfig, classes: dict) -> list[Problem]:
+    problems = []
+    names = ", ".join(repr(c.name) for c in config.gpu_classes)
+    used = {name: {"spot_gpus": 0, "on_demand_gpus": 0} for name in classes}
+    for t, team in enumerate(config.teams):
+        for class_key, quota in team.quotas.items():
+            where = f"teams[{t}].quotas[{class_key!r}]"
+            if not any(c.name == class_key for c in config.gpu_classes):
+                problems.append(
+                    (where, f"no GPU class {class_key!r} among gpu_classes[].name ({names})")
+                )
+                continue
+            if class_key not in classes:
+                continue  # the class itself is broken; that is reported at the class
+            index, gpu_class, _ = classes[class_key]
+            for capacity in ("spot_gpus", "on_demand_gpus"):
+                before = used[class_key][capacity]
+                used[class_key][capacity] += getattr(quota, capacity)
+                limit = getattr(gpu_class, capacity)
+                if before <= limit < used[class_key][capacity]:
+                    problems.append(
+                        (
+                            f"{where}.{capacity}",
+                            f"the teams' {capacity.removesuffix('_gpus').replace('_', '-')} "
+                            f"quotas of {class_key!r} reach {used[class_key][capacity]} GPUs "
+                            f"here, more than its pool may run "
+                            f"(gpu_classes[{index}].{capacity} = {limit})",
+                        )
+                    )
+    return problems
+
+
+def template_class(config: StackConfig, team_index: int) -> str:
+    """The GPU class of a team's Job templates."""
+    return config.kubernetes.templates.gpu_class or next(iter(config.teams[team_index].quotas))
+
+
+def _template_problems(config: StackConfig, classes: dict) -> list[Problem]:
+    templates = config.kubernetes.templates
+    problems = []
+    for t, team in enumerate(config.teams):
+        class_key = template_class(config, t)
+        if class_key not in team.quotas:
+            problems.append(
+                (
+                    "kubernetes.templates.gpu_class",
+                    f"team {team.name!r} has no quota of class {class_key!r} "
+                    f"(teams[{t}].quotas), so its template could never be admitted",
+                )
+            )
+            continue
+        if class_key not in classes:
+            continue
+        problem = _fit_problem(templates.gpus_per_node, *classes[class_key])
+        if problem and problem not in problems:
+            problems.append(problem)
+    return problems
+
+
+def _fit_problem(
+    gpus: int, index: int, gpu_class: GpuClass, types: list[InstanceType]
+) -> Problem | None:
+    """Whether a pod of `gpus` GPUs of the class, with its CPU and memory, fits one of its types."""
+    millicpu = gpus * gpu_class.cpu_per_gpu * 1000
+    memory_mib = gpus * gpu_class.memory_gib_per_gpu * 1024
+    room = [(t, allocatable(t)) for t in types]
+    if any(
+        a.gpus >= gpus and a.millicpu >= millicpu and a.memory_mib >= memory_mib for _, a in room
+    ):
+        return None
+    where = f"gpu_classes[{index}]"
+    request = (
+        f"a template pod of class {gpu_class.name!r} requests {gpus} GPUs, "
+        f"{millicpu // 1000} CPU and {memory_mib // 1024} GiB"
+    )
+    offers = "; ".join(
+        f"{t.name} offers {a.gpus} GPU, {a.millicpu / 1000:.2f} CPU, {a.memory_mib / 1024:.1f} GiB"
+        for t, a in room
+    )
+    enough_gpus = [a for _, a in room if a.gpus >= gpus]
+    if not enough_gpus:
+        path = "kubernetes.templates.gpus_per_node"
+    elif not any(a.millicpu >= millicpu for a in enough_gpus):
+        path = f"{where}.cpu_per_gpu"
+    else:
+        path = f"{where}.memory_gib_per_gpu"
+    return (
+        path,
+        f"{request}; no instance type of its class fits it after node reservations "
+        f"({where}.instance_types: {offers})",
+    )
+
+
+def _service_quota_problems(config: StackConfig, classes: dict, known: Catalog) -> list[Problem]:
+    """The vCPUs each pool may launch, per capacity type and instance family, against the
+    requested service quotas. A pool may launch any of its types, so the type with the most
+    vCPUs per GPU sets what its GPUs cost in vCPUs."""
+    needs: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for index, gpu_class, types in classes.values():
+        per_gpu = max(t.vcpus_per_gpu for t in types)
+        family = types[0].name[0]
+        for capacity in ("spot_gpus", "on_demand_gpus"):
+            gpus = getattr(gpu_class, capacity)
+            if gpus:
+                needs.setdefault((capacity, family), []).append(
+                    (
+                        math.ceil(gpus * per_gpu),
+                        f"gpu_classes[{index}].{capacity} = {gpus} GPUs × {per_gpu:g} vCPUs",
+                    )
+                )
+    buffer = config.aws.pools.buffer
+    if buffer is not None:
+        types = [known.instance_types[name] for name in buffer.instance_types]
+        if types[0].gpus:
+            vcpus = buffer.max_size * max(t.vcpus for t in types)
+            needs.setdefault(("on_demand_gpus", types[0].name[0]), []).append(
+                (vcpus, f"aws.pools.buffer.max_size = {buffer.max_size} nodes × vCPUs")
+            )
+    problems = []
+    for (capacity, family), parts in sorted(needs.items()):
+        quota_field = "spot_gpu_quota" if capacity == "spot_gpus" else "on_demand_gpu_quota"
+        family_field = QUOTA_FAMILIES.get(family)
+        if family_field is None:
+            continue
+        need = sum(vcpus for vcpus, _ in parts)
+        requested = getattr(getattr(config.aws, quota_field), family_field)
+        if requested is None or requested < need:
+            problems.append(
+                (
+                    f"aws.{quota_field}.{family_field}",
+                    f"the pools may launch {need} {family.upper()}-family vCPUs "
+                    f"({' + '.join(why for _, why in parts)}) but "
+                    + (
+                        "no quota is requested"
+                        if requested is None
+                        else f"only {requested} are requested"
+                    )
+                    + f"; request at least {need}",
+                )
+            )
+    return problems

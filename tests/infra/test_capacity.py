@@ -1,0 +1,293 @@
+"""Capacity checks: a stack whose classes, quotas, zones or templates cannot run is refused with
+one line per problem that names the field."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from stack_files import STACKS, stack_values
+
+from components.capacity import allocatable
+from components.catalog import catalog, class_name
+from components.config import ConfigError, load_config
+
+SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
+
+
+def problems(stack: str, change) -> list[tuple[str, str]]:
+    values = copy.deepcopy(stack_values(stack))
+    change(values)
+    with pytest.raises(ConfigError) as caught:
+        load_config(values)
+    return caught.value.problems
+
+
+def only(stack: str, change) -> tuple[str, str]:
+    (problem,) = problems(stack, change)
+    return problem
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_repository_stacks_pass_every_capacity_check(stack):
+    config = load_config(stack_values(stack))
+    assert config.gpu_classes and all(team.quotas for team in config.teams)
+
+
+def test_a_class_never_mixes_accelerator_models():
+    path, message = only(
+        "prod", lambda v: v["gpu_classes"][1]["instance_types"].append("g5.48xlarge")
+    )
+    assert path == "gpu_classes[1].instance_types[3]"
+    assert "'g5.48xlarge' carries a10g 24 GB GPUs but 'g6e.12xlarge' carries l40s 48 GB" in message
+
+
+def test_a100_40_and_80_gb_are_different_classes():
+    def mix(values):
+        values["gpu_classes"][0] = {
+            **values["gpu_classes"][0],
+            "name": "a100-40gb",
+            "instance_types": ["p4d.24xlarge", "p4de.24xlarge"],
+        }
+
+    path, message = problems("prod", mix)[0]
+    assert path == "gpu_classes[0].instance_types[1]" and "a100 80 GB" in message
+
+
+def test_a_class_is_named_after_its_gpus():
+    def rename(values):
+        values["gpu_classes"][0]["name"] = "fast"
+        values["teams"][0]["quotas"] = {"fast": values["teams"][0]["quotas"]["a10g-24gb"]}
+
+    assert only("dev", rename) == (
+        "gpu_classes[0].name",
+        "'fast' does not name its GPUs: its types carry a10g 24 GB, so call it 'a10g-24gb'",
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "name", "path", "expected"),
+    [
+        (
+            ("gpu_classes", 0),
+            "g5.9xlarge",
+            "gpu_classes[0].instance_types[3]",
+            "unknown instance type 'g5.9xlarge': not in the catalog",
+        ),
+        (
+            ("gpu_classes", 0),
+            "m6i.large",
+            "gpu_classes[0].instance_types[3]",
+            "'m6i.large' has no GPU",
+        ),
+        (
+            ("aws", "pools", "stable"),
+            "m9z.large",
+            "aws.pools.stable.instance_types[1]",
+            "unknown instance type 'm9z.large'",
+        ),
+    ],
+)
+def test_unknown_and_gpu_less_instance_types_are_named(where, name, path, expected):
+    def add(values):
+        node = values
+        for key in where:
+            node = node[key]
+        node["instance_types"].append(name)
+
+    found_path, message = only("dev", add)
+    assert found_path == path and expected in message
+
+
+def test_an_arm64_gpu_class_is_refused_on_the_x86_64_ami():
+    def graviton(values):
+        values["gpu_classes"][0] = {
+            **values["gpu_classes"][0],
+            "name": "t4g-16gb",
+            "instance_types": ["g5g.xlarge", "g5g.2xlarge"],
+            "memory_gib_per_gpu": 4,
+        }
+        values["teams"][0]["quotas"] = {"t4g-16gb": {"spot_gpus": 4}}
+
+    found = problems("dev", graviton)
+    assert found[0] == (
+        "gpu_classes[0].instance_types[0]",
+        "'g5g.xlarge' is arm64, but GPU nodes run the x86_64 AMI and image "
+        "(aws.gpu_ami.architecture)",
+    )
+    assert len(found) == 2  # one line per type
+
+
+def test_stable_pool_of_two_architectures_is_refused():
+    path, message = only(
+        "prod", lambda v: v["aws"]["pools"]["stable"]["instance_types"].append("m7g.2xlarge")
+    )
+    assert path == "aws.pools.stable.instance_types" and "m7g.2xlarge arm64" in message
+
+
+def test_a_gpu_buffer_belongs_to_a_class():
+    path, message = only(
+        "prod", lambda v: v["aws"]["pools"]["buffer"].__setitem__("instance_types", ["g5.12xlarge"])
+    )
+    assert path == "aws.pools.buffer.instance_types"
+    assert "no class in gpu_classes[].name: add 'a10g-24gb'" in message
+
+
+@pytest.mark.parametrize(
+    ("zones", "expected"),
+    [
+        (["us-east-1a", "us-east-1z"], ("zones[1]", "'us-east-1z' is not a zone of us-east-1")),
+        (["us-east-1a", "us-west-2a"], ("zones", "not zones of region 'us-east-1'")),
+    ],
+)
+def test_zones_must_exist_in_the_region(zones, expected):
+    path, message = only("dev", lambda v: v.__setitem__("zones", zones))
+    assert path == expected[0] and expected[1] in message
+
+
+def test_a_region_missing_from_the_catalog_is_named():
+    def elsewhere(values):
+        values["region"] = "ap-south-1"
+        values["zones"] = ["ap-south-1a"]
+
+    path, message = only("dev", elsewhere)
+    assert path == "region" and "'ap-south-1' has no zones in the catalog" in message
+
+
+def test_team_quotas_name_existing_classes():
+    assert only("dev", lambda v: v["teams"][0]["quotas"].__setitem__("h100-80gb", {})) == (
+        "teams[0].quotas['h100-80gb']",
+        "no GPU class 'h100-80gb' among gpu_classes[].name ('a10g-24gb')",
+    )
+
+
+def test_quotas_beyond_the_pool_limit_name_the_team_that_crosses_it():
+    def raise_quota(values):
+        values["teams"][1]["quotas"]["l40s-48gb"]["spot_gpus"] = 65  # 64 + 65 > 128
+
+    path, message = only("prod", raise_quota)
+    assert path == "teams[1].quotas['l40s-48gb'].spot_gpus"
+    assert "reach 129 GPUs here, more than its pool may run (gpu_classes[1].spot_gpus = 128)" in (
+        message
+    )
+
+
+def test_the_issue_example_spot_quota_admitted_beyond_what_may_launch():
+    """dev's old `spot_gpus: 100000`."""
+    path, message = only(
+        "dev", lambda v: v["teams"][0]["quotas"]["a10g-24gb"].__setitem__("spot_gpus", 100000)
+    )
+    assert path == "teams[0].quotas['a10g-24gb'].spot_gpus" and "100000 GPUs" in message
+
+
+def test_pool_limits_beyond_the_service_quota_are_refused():
+    """The issue's prod: 192 spot GPUs admitted against quotas that cover about 160."""
+    path, message = only(
+        "prod", lambda v: v["aws"]["spot_gpu_quota"].__setitem__("g_family_vcpus", 768)
+    )
+    assert path == "aws.spot_gpu_quota.g_family_vcpus"
+    assert "may launch 3072 G-family vCPUs (gpu_classes[1].spot_gpus = 128 GPUs × 24 vCPUs)" in (
+        message
+    )
+    assert message.endswith("only 768 are requested; request at least 3072")
+
+
+def test_on_demand_capacity_needs_an_on_demand_quota_and_the_buffer_counts():
+    path, message = only(
+        "prod", lambda v: v["aws"]["on_demand_gpu_quota"].__setitem__("g_family_vcpus", None)
+    )
+    assert path == "aws.on_demand_gpu_quota.g_family_vcpus"
+    assert "aws.pools.buffer.max_size = 4 nodes" in message and "no quota is requested" in message
+    assert "768" in message
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        # The largest size, g5.4xlarge, keeps 15.39 of its 16 vCPUs for pods.
+        (lambda v: v["gpu_classes"][0].update(cpu_per_gpu=16), "gpu_classes[0].cpu_per_gpu"),
+        # The issue's dev: 64 GiB per GPU fits none of its sizes (g5.4xlarge keeps 57.5 GiB).
+        (
+            lambda v: v["gpu_classes"][0].update(memory_gib_per_gpu=64),
+            "gpu_classes[0].memory_gib_per_gpu",
+        ),
+        (
+            lambda v: v.setdefault("kubernetes", {}).update(templates={"gpus_per_node": 16}),
+            "kubernetes.templates.gpus_per_node",
+        ),
+    ],
+)
+def test_a_template_larger_than_every_instance_of_its_class_is_refused(change, path):
+    found_path, message = only("dev", change)
+    assert found_path == path
+    assert "no instance type of its class fits it after node reservations" in message
+    assert "g5.xlarge offers 1 GPU, 3.42 CPU, 13.1 GiB" in message
+
+
+def test_a_template_fits_when_one_size_of_the_class_does():
+    """Only the largest sizes hold an 8-GPU pod; one is enough."""
+    values = copy.deepcopy(stack_values("prod"))
+    values["kubernetes"]["templates"]["gpus_per_node"] = 8
+    load_config(values)
+
+
+def test_template_class_must_be_one_every_team_has_quota_of():
+    path, message = only(
+        "prod",
+        lambda v: v["kubernetes"]["templates"].__setitem__("gpu_class", "h100-80gb"),
+    )
+    assert path == "kubernetes.templates.gpu_class"
+    assert "team 'vision' has no quota of class 'h100-80gb'" in message
+
+
+def test_a_lag_as_long_as_the_notice_is_refused():
+    assert only("dev", lambda v: v.setdefault("kubernetes", {}).update(notice_lag_seconds=120)) == (
+        "kubernetes.notice_lag_seconds",
+        "120 s leaves no time of the 120 s notice for the final save",
+    )
+
+
+def test_allocatable_follows_the_eks_reservations():
+    """g5.xlarge: 4 vCPU, 16 GiB. CPU: 4000m - (60 + 10 + 5 + 5) kube-reserved - 500 for the
+    node's DaemonSets. Memory: 16 GiB less 7.5 % for the hypervisor, 11 MiB x 29 pods + 255 MiB
+    kube-reserved, 100 MiB eviction threshold and 1 GiB of DaemonSets."""
+    room = allocatable(catalog("aws").instance_types["g5.xlarge"])
+    assert room.millicpu == 4000 - 80 - 500
+    assert room.memory_mib == int(16 * 1024 * 0.925 - (11 * 29 + 255) - 100 - 1024)
+    assert room.gpus == 1
+    big = allocatable(catalog("aws").instance_types["p5.48xlarge"])
+    assert big.millicpu == 192_000 - (60 + 10 + 10 + 2.5 * 188) - 500
+
+
+def test_catalog_rows_are_consistent():
+    known = catalog("aws")
+    for name, instance in known.instance_types.items():
+        assert instance.name == name and instance.vcpus > 0 and instance.memory_gib > 0
+        assert instance.architecture in ("x86_64", "arm64")
+        if instance.gpus:
+            assert instance.gpu and instance.gpu_memory_gib > 0 and instance.efa >= 0
+            assert class_name(instance.accelerator) == f"{instance.gpu}-{instance.gpu_memory_gib}gb"
+        else:
+            assert instance.gpu is None and instance.accelerator is None
+    for region, zones in known.zones.items():
+        assert zones and all(
+            zone.startswith(region) and len(zone) == len(region) + 1 for zone in zones
+        )
+
+
+def test_cli_refuses_a_template_that_fits_no_node_with_exit_2(program_copy):
+    values = copy.deepcopy(stack_values("dev"))
+    values["kubernetes"] = {"templates": {"gpus_per_node": 2}}
+    result = subprocess.run(
+        [SPOTCTL, "preview", "--stack", "toobig", "--program", str(program_copy("toobig", values))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if "spot-training:" in line]
+    assert len(lines) == 1 and "spot-training:kubernetes.templates.gpus_per_node:" in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
