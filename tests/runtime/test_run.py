@@ -193,4 +193,4 @@ def test_a_sigterm_after_the_block_does_not_kill_a_durable_run(tmp_path) -> None
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert "SIGTERM after the run's checkpoints are durable: exiting with 0" in err
+    assert "SIGTERM after the run's work is durable: exiting with 0" in err

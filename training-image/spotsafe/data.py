@@ -37,3 +37,29 @@ class WorkerRNG(Dataset):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict:
             RNGState(cuda=False).load_state_dict(state_dict)
+
+
+class LoaderGenerator:
+    """The shuffling generator of a StatefulDataLoader, kept as it was at the save.
+
+    Resuming, the loader sets that generator back to the start of the saved epoch and draws
+    the epoch's permutation again, but not the draws it made after it (without worker
+    processes, the next epoch would then shuffle differently). So the generator's state at the
+    save is kept, and set once the resumed loader has started its epoch.
+    """
+
+    def __init__(self) -> None:
+        self._pending = None
+
+    def state_dict(self, loader: Any) -> dict[str, Any]:
+        generator = getattr(loader, "generator", None)
+        return {} if generator is None else {"generator": generator.get_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = state_dict.get("generator")
+
+    def started(self, loader: Any) -> None:
+        """Call once the resumed loader's first iterator exists."""
+        if self._pending is not None:
+            loader.generator.set_state(self._pending)
+            self._pending = None

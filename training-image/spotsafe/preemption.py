@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -57,7 +58,21 @@ class PreemptionGuard:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, exit_code: int | None = None) -> None:
+        """Stop watching. Given the exit code of a run whose work is durable, a later SIGTERM
+        ends the process with that code instead of killing it (143, which the Job would count
+        as a failure)."""
         self.watcher.close()
+        if exit_code is None or "sigterm" not in self.watcher.config.sources:
+            return
+
+        def leave(signum: int, frame: object) -> None:
+            log.warning("SIGTERM after the run's work is durable: exiting with %d", exit_code)
+            raise SystemExit(exit_code)
+
+        signal.signal(signal.SIGTERM, leave)
 
     @property
     def stopped(self) -> bool:

@@ -14,12 +14,12 @@ last step unless it is saved already and waits until it is durable. Nothing is s
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 from spotsafe import metrics
 from spotsafe.checkpointer import Checkpointer
+from spotsafe.data import LoaderGenerator
 from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
 from spotsafe.preemption import EXIT_PREEMPTED, PreemptionGuard
 from spotsafe.state import RNGState, Stateful
@@ -42,24 +42,18 @@ class Preempted(SystemExit):
 
 
 class _Progress:
-    """The run's entry in the checkpoint: epoch, this process's RNGs and the data loader.
-
-    A StatefulDataLoader without workers puts its shuffling generator back to the epoch's
-    start when it resumes, so the next epoch would shuffle differently: the generator's state
-    at the save is kept here and set once the resumed loader has started.
-    """
+    """The run's entry in the checkpoint: epoch, this process's RNGs and the data loader."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.generator_state = None
+        self.generator = LoaderGenerator()
 
     def state_dict(self) -> dict[str, Any]:
         loader = self.run.loader
         state: dict[str, Any] = {"epoch": self.run.epoch, "rng": RNGState().state_dict()}
         if loader is not None:
             state["loader"] = loader.state_dict()
-            if loader.generator is not None:
-                state["loader_generator"] = loader.generator.get_state()
+            state["loader_generator"] = self.generator.state_dict(loader)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -75,7 +69,7 @@ class _Progress:
         RNGState().load_state_dict(state_dict["rng"])
         if loader is not None:
             loader.load_state_dict(state_dict["loader"])
-            self.generator_state = state_dict.get("loader_generator")
+            self.generator.load_state_dict(state_dict["loader_generator"])
 
 
 class Run:
@@ -119,7 +113,7 @@ class Run:
             self.resumed_from = self.ckpt.restore(self.state)
             self.guard.account_lost_steps(self.ckpt, self.resumed_from)
         except BaseException:
-            self.guard.__exit__(None, None, None)
+            self.guard.close()
             self.ckpt.close()
             raise
         self.step = self.resumed_from or 0
@@ -139,9 +133,7 @@ class Run:
             else:
                 self._close_behind(error)
         finally:
-            self.guard.__exit__(None, None, None)
-            if code is not None and "sigterm" in self.guard.watcher.config.sources:
-                _exit_on_sigterm(code)
+            self.guard.close(exit_code=code)
 
     def steps(self, total: int) -> Iterator[int]:
         """Step numbers after the restored one, up to total. Each step's work runs between one
@@ -159,9 +151,7 @@ class Run:
         empty_epochs = 0
         while (epochs is None or self.epoch < epochs) and (steps is None or self.step < steps):
             batches = iter(self.loader)
-            if self._progress.generator_state is not None:
-                self.loader.generator.set_state(self._progress.generator_state)
-                self._progress.generator_state = None
+            self._progress.generator.started(self.loader)
             empty = True
             for batch in batches:
                 empty = False
@@ -219,14 +209,3 @@ def _checked(loader: Any) -> Any:
             loader.num_workers,
         )
     return loader
-
-
-def _exit_on_sigterm(code: int) -> None:
-    """Once the run's work is durable, a SIGTERM ends the process with the run's own exit
-    code rather than killing it (143), which the Job would count as a failure."""
-
-    def leave(signum: int, frame: object) -> None:
-        log.warning("SIGTERM after the run's checkpoints are durable: exiting with %d", code)
-        raise SystemExit(code)
-
-    signal.signal(signal.SIGTERM, leave)
