@@ -13,11 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import boto3
 import pytest
 from spotsafe.local_servers import LOCAL_AWS_ENV
 from spotsafe.preemption import EXIT_PREEMPTED
-from spotsafe_harness import s3_keys
+from spotsafe_harness import create_bucket, s3_keys
 
 FRAMEWORKS = Path(__file__).parent / "frameworks"
 # (script, max_steps): 10 steps an epoch, so each run crosses into a second or third epoch.
@@ -54,14 +53,7 @@ def interrupted_at(proc: subprocess.Popen, step: int, sig: signal.Signals) -> No
 def reference(request, tmp_path_factory, s3_endpoint: str) -> tuple[str, dict]:
     """The framework's uninterrupted run, in a bucket of its own."""
     framework = request.param
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name=LOCAL_AWS_ENV["AWS_DEFAULT_REGION"],
-        aws_access_key_id=LOCAL_AWS_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
-    )
-    s3.create_bucket(Bucket=f"frameworks-{framework}")
+    create_bucket(s3_endpoint, f"frameworks-{framework}")
     local = tmp_path_factory.mktemp(framework)
     uri = f"s3://frameworks-{framework}/reference"
     code, result, err = finish(start(framework, uri, local, s3_endpoint))

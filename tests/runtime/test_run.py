@@ -74,14 +74,6 @@ def train(uri: str, num_workers: int, steps: int | None = None) -> tuple[str, Ru
     return digest(model), run
 
 
-@pytest.fixture(autouse=True)
-def _sigterm_handler_restored():
-    """A Run leaves a SIGTERM handler behind on purpose; not in the test process."""
-    previous = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, previous)
-
-
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_mid_epoch_resume_is_bitwise_exact(tmp_path, num_workers: int) -> None:
     reference, _ = train(f"file://{tmp_path}/reference", num_workers)
