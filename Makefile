@@ -7,14 +7,15 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# torch is pinned to the CPU build so the local tier never pulls a multi-GB CUDA wheel;
-# the training image brings its own CUDA build.
-$(STAMP): pyproject.toml training-image/pyproject.toml
+# torch is the release pinned in training-image/torch.txt (the image's pin too), in the same pip
+# command as everything else so no extra can move it; here the CPU build, so the local tier never
+# pulls a multi-GB CUDA wheel.
+$(STAMP): pyproject.toml training-image/pyproject.toml training-image/torch.txt
 	command -v promtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e './training-image[gcs,local]' -e '.[dev]'
+	$(PY) -m pip install -q --requirement training-image/torch.txt \
+		-e './training-image[gcs,local,hf,lightning]' -e '.[dev]'
 	touch $(STAMP)
 
 drill: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 
@@ -33,3 +34,11 @@ def gcs_uri(gcs_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
     storage.Client().create_bucket(bucket)
     return f"gs://{bucket}/run"
+
+
+@pytest.fixture(autouse=True)
+def _sigterm_handler_restored() -> Iterator[None]:
+    """A finished Run leaves a SIGTERM handler behind on purpose; not in the test process."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)

@@ -13,6 +13,7 @@ import time
 from urllib.parse import urlparse
 
 import boto3
+from spotsafe.local_servers import LOCAL_AWS_ENV
 
 TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
 _REQUEST_LINE = re.compile(rb"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/1")
@@ -85,6 +86,20 @@ class TcpProxy:
         self.flowing.set()
         self.down()
         self.listener.close()
+
+
+def create_bucket(endpoint: str, name: str) -> str:
+    """A bucket on the local S3-API server, made without touching the process's environment
+    (for module-scoped fixtures, which cannot use monkeypatch)."""
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=LOCAL_AWS_ENV["AWS_DEFAULT_REGION"],
+        aws_access_key_id=LOCAL_AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+    )
+    s3.create_bucket(Bucket=name)
+    return name
 
 
 def s3_keys(uri: str) -> list[str]:

@@ -39,7 +39,7 @@ RANK_TRAIN = textwrap.dedent(
             guard.check()
             if step == 5:
                 print("ready", flush=True)
-        final = guard.final_save(ckpt, step, state, saved=False)
+        final = guard.final_save(ckpt, step, state)
     print(json.dumps({"rank": dist.get_rank(), "step": step, **final}), flush=True)
     dist.destroy_process_group()
     sys.exit(EXIT_PREEMPTED)

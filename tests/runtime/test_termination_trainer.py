@@ -13,12 +13,12 @@ import time
 import urllib.request
 import uuid
 
-import boto3
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from spotsafe.local_metadata import AwsImds, GceMetadata
 from spotsafe.local_servers import LOCAL_AWS_ENV, free_port
 from spotsafe.preemption import EXIT_PREEMPTED
+from spotsafe_harness import create_bucket
 
 STEPS = 3000
 
@@ -64,16 +64,7 @@ def wait_for_step(
 
 @pytest.fixture(scope="module")
 def bucket(s3_endpoint: str) -> str:
-    name = f"notices-{uuid.uuid4().hex[:8]}"
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name=LOCAL_AWS_ENV["AWS_DEFAULT_REGION"],
-        aws_access_key_id=LOCAL_AWS_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
-    )
-    s3.create_bucket(Bucket=name)
-    return name
+    return create_bucket(s3_endpoint, f"notices-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture(scope="module")

@@ -1,19 +1,26 @@
 """The Checkpointer: verified, fenced, asynchronous checkpoints with exact resume.
 
+spotsafe.Run drives it around a training loop; used directly:
+
 ckpt = Checkpointer("s3://bucket/team/run-7", every_steps=100, keep_last=3)
 state = {"model": model, "optim": optim, "sched": sched, "rng": RNGState(), "data": pos}
 start = (ckpt.restore(state) or 0) + 1
 for step in range(start, steps + 1):
     train_step()
     ckpt.maybe_save(step, state)
-ckpt.save(steps, state)
+ckpt.save(steps, state)  # a no-op when maybe_save saved this step already
 ckpt.close()
+
+A step's objects are never rewritten once a manifest lists them: the Checkpointer remembers every
+step it committed or restored, and a second save of such a step writes nothing. With the same
+content it is durable as it stands; with other content it raises StepCommittedError.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import threading
 import time
@@ -35,6 +42,7 @@ from spotsafe.errors import (
     CorruptCheckpointError,
     ObjectMissingError,
     SpotsafeError,
+    StepCommittedError,
     StoragePermissionError,
     SupersededError,
 )
@@ -42,6 +50,7 @@ from spotsafe.fencing import Lease
 from spotsafe.manifest import (
     Manifest,
     ObjectEntry,
+    describes,
     manifest_key,
     sha256,
     step_of,
@@ -55,7 +64,7 @@ log = logging.getLogger("spotsafe")
 
 STATE_OBJECT = "state.pt"
 # Failures no retry can fix: the next call raises them instead of only reporting them.
-_FATAL = (SupersededError, BucketNotFoundError, StoragePermissionError)
+_FATAL = (SupersededError, BucketNotFoundError, StoragePermissionError, StepCommittedError)
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,13 @@ class Checkpointer:
             )
         self.attempt = self._claim_attempt()
         self.last_committed_step: int | None = None
+        self.last_saved_step: int | None = None
+        """The step of the newest save started (or restored): the one the loop need not repeat."""
+        # Objects of the steps this process committed or restored, by step (a sharded save's
+        # other ranks know only the step). These objects are never written again.
+        self._committed: dict[int, list[ObjectEntry]] = {}
+        self._cadence_warned = False
+        self._last_call: tuple[int, float] | None = None  # (step, time) of the last maybe_save
         self.skipped: list[Skipped] = []
         self._durations: deque[float] = deque(maxlen=5)
         self._last_save_started = time.monotonic()
@@ -208,7 +224,8 @@ class Checkpointer:
         self.skipped.append(Skipped(step, reason))
 
     def _restored(self, manifest: Manifest) -> None:
-        self.last_committed_step = manifest.step
+        self.last_committed_step = self.last_saved_step = manifest.step
+        self._committed[manifest.step] = manifest.objects
         metrics.record_commit(manifest.step, manifest.created_at)
         log.info("resumed from step %d (%s)", manifest.step, self.uri)
 
@@ -227,29 +244,66 @@ class Checkpointer:
         """Save if the step is due. A due save is skipped, not waited for, while the in-flight
         slots are full (storage slow or down): training goes on. True when a save started."""
         self._reap()
+        now = time.monotonic()
+        step_s = None
+        if self._last_call is not None and step > self._last_call[0]:
+            step_s = (now - self._last_call[1]) / (step - self._last_call[0])
+        self._last_call = (step, now)
         if not self.due(step):
             return False
         if self.world_size == 1 and len(self._pending) >= self.config.max_in_flight:
-            log.warning(
-                "checkpoint at step %d skipped: %d save(s) still in flight",
-                step,
-                len(self._pending),
-            )
+            self._skip(step, now - self._last_save_started, step_s)
             return False
         self.save(step, state)
         return True
+
+    def _skip(self, step: int, in_flight_s: float, step_s: float | None) -> None:
+        """A due save skipped because the slots are busy: counted, and said once, with what
+        was measured, since the cadence actually achieved is now below the one configured."""
+        metrics.saves_skipped.inc()
+        if self._cadence_warned:
+            log.debug("checkpoint at step %d skipped: a save is still in flight", step)
+            return
+        self._cadence_warned = True
+        save_s = max(in_flight_s, self.expected_save_s or 0.0)
+        advice = ""
+        if step_s and self.config.every_steps:
+            needed = math.ceil(save_s / step_s)
+            advice = (
+                f"; a step takes {step_s:.3f} s, so every_steps >= {needed} keeps up "
+                f"(every_steps is {self.config.every_steps})"
+            )
+        log.warning(
+            "checkpoint at step %d skipped: the previous save is still in flight after %.2f s "
+            "(saves take up to %.2f s here). Checkpoints land less often than configured: see "
+            "spotsafe_checkpoint_interval_steps and spotsafe_checkpoint_saves_skipped_total%s",
+            step,
+            in_flight_s,
+            save_s,
+            advice,
+        )
 
     def save(self, step: int, state: Mapping[str, Any]) -> None:
         """Snapshot state now and make it durable (in the background when async_save)."""
         if self.config.read_only:
             raise ConfigError(f"this Checkpointer of {self.uri} is read_only; it cannot save")
         self._reap()
+        if self.world_size > 1 and step in self._committed:
+            # DCP metadata carries a fresh save id each time: there is no content to compare.
+            raise StepCommittedError(
+                f"step {step} is already committed at {self.uri}; a sharded save of a "
+                "committed step is refused before anything is written"
+            )
         started = time.monotonic()
         self._last_save_started = started
+        if self.last_saved_step is not None and step > self.last_saved_step:
+            metrics.save_interval_steps.set(step - self.last_saved_step)
+        self.last_saved_step = step
         if self.world_size > 1:
             from spotsafe import sharded
 
             sharded.save(self, step, state)
+            self._committed.setdefault(step, [])
             self._saved(started, time.monotonic() - started)
             return
         while len(self._pending) >= self.config.max_in_flight:
@@ -272,12 +326,27 @@ class Checkpointer:
             del snap
             self._staging.append(staging)  # serialised: the next snapshot may reuse it
         data = buffer.getbuffer()
+        if step in self._committed:
+            self._confirm_unchanged(step, data)
+            return
         key = f"attempt-{self.attempt}/{STATE_OBJECT}"
         digest = self._hasher.submit(sha256, data)
         self.store.put(step_prefix(step) + key, data)
         entry = ObjectEntry(key, len(data), digest.result())
         self.commit(Manifest(step, self.attempt, 1, "torch", [entry]))
         self._saved(started, time.monotonic() - started)
+
+    def _confirm_unchanged(self, step: int, data: memoryview) -> None:
+        """A save of a step that is committed already: nothing is written. The same content is
+        durable as it stands; other content is refused, since committed objects never change."""
+        committed = self._committed[step]
+        if len(committed) == 1 and describes(committed[0], data):
+            log.info("step %d is already committed with the same content; nothing to write", step)
+            return
+        raise StepCommittedError(
+            f"step {step} is already committed at {self.uri} with other content, and committed "
+            "checkpoints are never rewritten; save changed state under a later step"
+        )
 
     def commit(self, manifest: Manifest) -> None:
         """Create the manifest (create-only) once every object is durable. Retention follows in
@@ -288,9 +357,10 @@ class Checkpointer:
             self.store.delete([key])  # resume rejected it (corrupt or stale): never a checkpoint
         if not self.store.put_if_absent(key, manifest.to_json()):
             raise CheckpointSaveError(
-                f"step {manifest.step} is already committed at {self.uri}; "
-                "nothing was overwritten, the next save will try again"
+                f"step {manifest.step} was committed at {self.uri} by another writer meanwhile; "
+                "this save's objects are not listed anywhere and nothing was overwritten"
             )
+        self._committed[manifest.step] = manifest.objects
         metrics.bytes_written.inc(manifest.total_bytes)
         metrics.record_commit(manifest.step)
         self.last_committed_step = manifest.step

@@ -6,10 +6,17 @@ through the same manifest, checksums, fencing, retention and resume as any other
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from spotsafe.checkpointer import Checkpointer
+
+CHECKPOINT_DIR = "checkpoint_dir"
+"""The state entry the framework integrations store their checkpoint directory under."""
 
 
 class DirectoryState:
@@ -26,6 +33,22 @@ class DirectoryState:
             target = self.path / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content.numpy().tobytes())
+
+
+def restore_directory(
+    ckpt: Checkpointer, parent: Path, prefix: str
+) -> tuple[int | None, str | None]:
+    """Restore the newest valid checkpoint directory to parent/<prefix><step>: (step, path),
+    or (None, None) on a fresh start."""
+    incoming = parent / ".spotsafe-restoring"
+    shutil.rmtree(incoming, ignore_errors=True)
+    step = ckpt.restore({CHECKPOINT_DIR: DirectoryState(incoming)})
+    if step is None:
+        return None, None
+    target = parent / f"{prefix}{step}"
+    shutil.rmtree(target, ignore_errors=True)
+    incoming.rename(target)
+    return step, str(target)
 
 
 def _as_tensor(data: bytes) -> torch.Tensor:

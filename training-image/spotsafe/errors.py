@@ -1,10 +1,14 @@
 """The errors spotsafe raises. Each message says what is wrong and what to do about it.
 
-Command-line entry points print ``str(error)`` and exit with ``EXIT_USAGE``; they never show a
-traceback for a ``SpotsafeError``.
+Entry points run under ``exit_on_error``: a ``SpotsafeError`` ends them with its one-line message
+on stderr and ``EXIT_USAGE``, never a traceback. A training script does the same with
+``@spotsafe.exit_on_error()`` on its main function (or catches ``SpotsafeError`` itself).
 """
 
 from __future__ import annotations
+
+import contextlib
+import sys
 
 # EX_USAGE-like: the user's configuration is wrong, a retry will not help.
 EXIT_USAGE = 2
@@ -60,3 +64,23 @@ class SupersededError(SpotsafeError):
 
 class CheckpointSaveError(SpotsafeError):
     """A checkpoint save failed; nothing committed before it is affected."""
+
+
+class StepCommittedError(CheckpointSaveError):
+    """A save of a step that is already committed, with other content: committed checkpoints are
+    never rewritten."""
+
+
+class exit_on_error(contextlib.ContextDecorator):
+    """End the program on a SpotsafeError with its one-line message and EXIT_USAGE.
+
+    Use as ``with exit_on_error():`` or as a decorator. Other exceptions pass through as they are.
+    """
+
+    def __enter__(self) -> exit_on_error:
+        return self
+
+    def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
+        if isinstance(error, SpotsafeError):
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_USAGE) from None

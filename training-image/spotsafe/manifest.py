@@ -83,6 +83,11 @@ class Manifest:
             raise CorruptCheckpointError(f"manifest {where} is malformed: {e}") from e
 
 
+def describes(entry: ObjectEntry, data: bytes | memoryview) -> bool:
+    """Whether data is the very object the manifest entry lists (same size and checksum)."""
+    return len(data) == entry.size and sha256(data) == entry.sha256
+
+
 def verified(entry: ObjectEntry, data: bytes, where: str) -> bytes:
     """data itself if it matches the manifest's size and checksum; else CorruptCheckpointError."""
     if len(data) != entry.size:

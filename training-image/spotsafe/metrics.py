@@ -37,6 +37,14 @@ bytes_written = Counter("spotsafe_checkpoint_bytes_total", "Checkpoint bytes wri
 save_failures = Counter(
     "spotsafe_checkpoint_save_failures_total", "Checkpoint saves that failed", ["reason"]
 )
+saves_skipped = Counter(
+    "spotsafe_checkpoint_saves_skipped_total",
+    "Due saves maybe_save skipped because the previous one was still in flight",
+)
+save_interval_steps = Gauge(
+    "spotsafe_checkpoint_interval_steps",
+    "Steps between the two newest saves started: the checkpoint cadence actually achieved",
+)
 corrupt_skipped = Counter(
     "spotsafe_checkpoint_corrupt_skipped_total",
     "Committed checkpoints found corrupt at resume and skipped",

@@ -1,5 +1,7 @@
 """What a training loop does with termination notices, at each step boundary.
 
+spotsafe.Run does all of this around a plain loop. A loop of its own uses the guard directly:
+
 with PreemptionGuard.from_env() as guard:
     resumed_from = ckpt.restore(state)
     guard.account_lost_steps(ckpt, resumed_from)   # what an earlier stop failed to save
@@ -9,10 +11,12 @@ with PreemptionGuard.from_env() as guard:
         decision = guard.check()          # all ranks get the same answer
         if decision.checkpoint_now:       # rebalance recommendation: save, keep training
             ckpt.save(step, state)
+        else:
+            ckpt.maybe_save(step, state)
         if decision.stop:                 # preemption imminent: final save at this step
             break
     if guard.stopped:
-        guard.final_save(ckpt, step, state, saved=False)   # durable, timed against the deadline
+        guard.final_save(ckpt, step, state)   # durable, timed against the deadline
 sys.exit(EXIT_PREEMPTED if guard.stopped else 0)
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -53,7 +58,21 @@ class PreemptionGuard:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, exit_code: int | None = None) -> None:
+        """Stop watching. Given the exit code of a run whose work is durable, a later SIGTERM
+        ends the process with that code instead of killing it (143, which the Job would count
+        as a failure)."""
         self.watcher.close()
+        if exit_code is None or "sigterm" not in self.watcher.config.sources:
+            return
+
+        def leave(signum: int, frame: object) -> None:
+            log.warning("SIGTERM after the run's work is durable: exiting with %d", exit_code)
+            raise SystemExit(exit_code)
+
+        signal.signal(signal.SIGTERM, leave)
 
     @property
     def stopped(self) -> bool:
@@ -67,8 +86,9 @@ class PreemptionGuard:
             log.warning("rebalance recommended: checkpointing now and training on")
         return self.decision
 
-    def final_save(self, ckpt: Any, step: int, state: Mapping[str, Any], saved: bool) -> dict:
-        """Make step `step` durable (saving it unless `saved`), timed against the deadline.
+    def final_save(self, ckpt: Any, step: int, state: Mapping[str, Any]) -> dict:
+        """Make step `step` durable, timed against the deadline. It is saved unless the newest
+        save this Checkpointer started is of that step already (maybe_save took it).
 
         Returns what the trainer reports: whether the save fitted and how long it took.
         """
@@ -93,7 +113,7 @@ class PreemptionGuard:
         started = time.time()
         marked = _mark_stop(ckpt, step)
         try:
-            if not saved:
+            if ckpt.last_saved_step != step:
                 ckpt.save(step, state)
             ckpt.close()
         except SpotsafeError as e:

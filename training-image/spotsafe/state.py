@@ -1,7 +1,8 @@
 """What a checkpoint holds: a dict of Stateful objects, as in torch.distributed.checkpoint.
 
-Models, optimizers, LR schedulers and grad scalers are Stateful already. ``RNGState``,
-``DataPosition`` and ``Extras`` cover the rest of an exact resume.
+Models, optimizers, LR schedulers, grad scalers and torchdata's StatefulDataLoader are Stateful
+already; a torch.Generator is saved as its state. ``RNGState``, ``DataPosition`` and ``Extras``
+cover the rest of an exact resume.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ class Stateful(Protocol):
 
 
 class RNGState:
-    """Python, NumPy, torch CPU and (when present) every CUDA device's generator."""
+    """Python, NumPy, torch CPU and (when present and `cuda`) every CUDA device's generator."""
+
+    def __init__(self, cuda: bool = True) -> None:
+        self.cuda = cuda
 
     def state_dict(self) -> dict[str, Any]:
         kind, keys, pos, has_gauss, cached = np.random.get_state()
@@ -40,7 +44,7 @@ class RNGState:
             },
             "torch": torch.get_rng_state(),
         }
-        if torch.cuda.is_available():
+        if self.cuda and torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
 
@@ -57,7 +61,7 @@ class RNGState:
             )
         )
         torch.set_rng_state(state_dict["torch"])
-        if "cuda" in state_dict and torch.cuda.is_available():
+        if self.cuda and "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
 
 
@@ -87,7 +91,26 @@ class Extras(dict):
         self.update(state_dict)
 
 
+class GeneratorState:
+    """A torch.Generator put in the state directly: its state is saved and set back."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"state": self.generator.get_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.generator.set_state(state_dict["state"])
+
+
 def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:
+    if isinstance(value, torch.Generator):
+        entry = path.split("/")[0]
+        raise ConfigError(
+            f"state[{entry!r}] holds a torch.Generator at {path}; put the generator in the state "
+            "itself (state['generator'] = generator), where spotsafe saves and restores it"
+        )
     if isinstance(value, torch.Tensor):
         buffer = staging.get(path)
         if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
@@ -104,14 +127,19 @@ def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict)
     return copy.deepcopy(value)
 
 
-def _stateful_items(state: Mapping[str, Any]) -> Mapping[str, Stateful]:
+def _stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
+    items = {}
     for key, obj in state.items():
+        if isinstance(obj, torch.Generator):
+            obj = GeneratorState(obj)
         if not isinstance(obj, Stateful):
             raise ConfigError(
                 f"state[{key!r}] is a {type(obj).__name__}, which has no state_dict() and "
-                "load_state_dict(); wrap plain values in spotsafe.Extras"
+                f"load_state_dict(); put plain values in an Extras: state[{key!r}] = "
+                f"spotsafe.Extras({key}=value)"
             )
-    return state
+        items[key] = obj
+    return items
 
 
 def snapshot(
@@ -136,11 +164,12 @@ def snapshot(
 def load(state: Mapping[str, Any], saved: Mapping[str, Any], where: str) -> None:
     """Load saved state dicts into the live objects; StateMismatchError when they do not fit."""
     live = _stateful_items(state)
-    missing, unexpected = sorted(set(live) - set(saved)), sorted(set(saved) - set(live))
-    if missing or unexpected:
+    only_saved, only_live = sorted(set(saved) - set(live)), sorted(set(live) - set(saved))
+    if only_saved or only_live:
         raise StateMismatchError(
-            f"checkpoint {where} holds entries {sorted(saved)}, but the state to restore has "
-            f"{sorted(live)} (missing: {missing}, unexpected: {unexpected})"
+            f"checkpoint {where} holds state entries {sorted(saved)}, the state to restore into "
+            f"has {sorted(live)}: only the checkpoint has {only_saved}, only the state has "
+            f"{only_live}; restore into a state with the keys the run saved"
         )
     for key, obj in live.items():
         try:

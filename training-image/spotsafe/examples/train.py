@@ -25,7 +25,6 @@ import logging
 import os
 import random
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,9 +37,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from spotsafe import Checkpointer, DataPosition, Extras, RNGState, metrics
-from spotsafe.errors import EXIT_USAGE, SpotsafeError
-from spotsafe.preemption import EXIT_PREEMPTED, PreemptionGuard
+from spotsafe import Checkpointer, DataPosition, Extras, Preempted, Run, exit_on_error
+from spotsafe.preemption import EXIT_PREEMPTED
 
 # (input width, hidden width, hidden layers, batch size). medium carries ~158 MB of model plus
 # Adam state, enough to make upload time dominate a save.
@@ -115,7 +113,8 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 def make_state(cfg: TrainConfig) -> tuple[nn.Module, dict[str, Any]]:
-    """The model and everything an exact resume needs, keyed as the checkpoint stores it."""
+    """The model and everything an exact resume needs, keyed as the checkpoint stores it (the
+    Run adds the random generators)."""
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
@@ -126,7 +125,6 @@ def make_state(cfg: TrainConfig) -> tuple[nn.Module, dict[str, Any]]:
         "optim": OptimizerState(model, optim),
         "sched": torch.optim.lr_scheduler.StepLR(optim, step_size=50, gamma=0.5),
         "scaler": torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available()),
-        "rng": RNGState(),
         "data": DataPosition(),
         "extras": Extras(loss=None),
     }
@@ -158,47 +156,25 @@ def train_step(cfg: TrainConfig, model: nn.Module, state: dict[str, Any]) -> Non
     state["extras"]["loss"] = loss.item()
 
 
-def run(
-    cfg: TrainConfig,
-    should_stop: Callable[[], bool] = lambda: False,
-    checkpointer: Checkpointer | None = None,
-    guard: PreemptionGuard | None = None,
-) -> dict[str, Any]:
-    """Train to cfg.steps, or until should_stop() turns true or `guard` agrees on a preemption at
-    a step boundary; then save once more and wait until that save is durable."""
+def run(cfg: TrainConfig, checkpointer: Checkpointer | None = None) -> dict[str, Any]:
+    """Train to cfg.steps under a spotsafe.Run: resume, save every cfg.every_steps steps and at
+    the end; on a termination notice, save the step reached and report how that went."""
     torch.set_num_threads(1)  # bitwise-reproducible CPU kernels, and polite on shared machines
     model, state = make_state(cfg)
     ckpt = checkpointer or Checkpointer(cfg.checkpoint_uri, every_steps=cfg.every_steps)
-    resumed_from = ckpt.restore(state)
-    metrics.resumed_from_step.set(-1 if resumed_from is None else resumed_from)
-    if guard:
-        guard.account_lost_steps(ckpt, resumed_from)
-    step, saved_step = resumed_from or 0, resumed_from
-    while step < cfg.steps and not should_stop():
-        step += 1
-        train_step(cfg, model, state)
-        metrics.training_step.set(step)
-        decision = guard.check() if guard else None
-        if decision and decision.checkpoint_now:
-            ckpt.save(step, state)
-            saved_step = step
-        elif ckpt.maybe_save(step, state):
-            saved_step = step
-        if decision and decision.stop:
-            break
-    if guard and guard.stopped:
-        final = guard.final_save(ckpt, step, state, saved=saved_step == step)
-    else:
-        final = {}
-        if saved_step != step:
-            ckpt.save(step, state)
-        ckpt.close()
+    final: dict[str, Any] = {}
+    try:
+        with Run(ckpt, state) as training:
+            for _ in training.steps(cfg.steps):
+                train_step(cfg, model, state)
+    except Preempted as stop:
+        final = stop.report
     return {
         **final,
-        "final_step": step,
-        "resumed_from": resumed_from,
+        "final_step": training.step,
+        "resumed_from": training.resumed_from,
         "weights_sha256": weights_sha256(model),
-        "stopped_early": step < cfg.steps,
+        "stopped_early": training.step < cfg.steps,
         "skipped": [asdict(s) for s in ckpt.skipped],
     }
 
@@ -234,11 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group("gloo")
     rank, _ = position_in_world()
     try:
-        with PreemptionGuard.from_env() as guard:
-            result = run(cfg, guard=guard)
-    except SpotsafeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        with exit_on_error():
+            result = run(cfg)
     finally:
         if distributed:
             dist.destroy_process_group()

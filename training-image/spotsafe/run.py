@@ -1,0 +1,211 @@
+"""A training run around a plain loop: resume, periodic saves, termination notices, the end.
+
+with spotsafe.Run("s3://bucket/team/run-7", state, loader, every_steps=100) as run:
+    for x, y in run.batches(epochs=10):
+        train_step(x, y)
+
+Entering restores the newest valid checkpoint (state, epoch, the loader mid-epoch, this
+process's RNGs). Each time the loop asks for the next batch, the step just done is counted and
+saved when due; after a termination notice that step is saved, made durable, and the run raises
+``Preempted``, which exits 75 ("preempted, resume me"). Leaving the block at the end saves the
+last step unless it is saved already and waits until it is durable. Nothing is saved twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+from spotsafe import metrics
+from spotsafe.checkpointer import Checkpointer
+from spotsafe.data import LoaderGenerator
+from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
+from spotsafe.preemption import EXIT_PREEMPTED, PreemptionGuard
+from spotsafe.state import RNGState, Stateful
+
+log = logging.getLogger("spotsafe")
+
+RUN_KEY = "spotsafe"
+"""The run's own entry in the checkpointed state: epoch, RNGs, data loader."""
+
+T = TypeVar("T")
+
+
+class Preempted(SystemExit):
+    """Raised at the step boundary after a termination notice, once the final save is durable
+    (or has failed, its loss counted). Its exit code is 75; ``report`` says how the save went."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__(EXIT_PREEMPTED)
+        self.report = report
+
+
+class _Progress:
+    """The run's entry in the checkpoint: epoch, this process's RNGs and the data loader."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.generator = LoaderGenerator()
+
+    def state_dict(self) -> dict[str, Any]:
+        loader = self.run.loader
+        state: dict[str, Any] = {"epoch": self.run.epoch, "rng": RNGState().state_dict()}
+        if loader is not None:
+            state["loader"] = loader.state_dict()
+            state["loader_generator"] = self.generator.state_dict(loader)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        loader = self.run.loader
+        if (loader is None) != ("loader" not in state_dict):
+            has = "has" if "loader" in state_dict else "has no"
+            given = "is given" if loader is not None else "is not"
+            raise StateMismatchError(
+                f"the checkpoint {has} data-loader state but a loader {given} to the Run; "
+                "resume with the same Run(uri, state, loader) the run was saved with"
+            )
+        self.run.epoch = int(state_dict["epoch"])
+        RNGState().load_state_dict(state_dict["rng"])
+        if loader is not None:
+            loader.load_state_dict(state_dict["loader"])
+            self.generator.load_state_dict(state_dict["loader_generator"])
+
+
+class Run:
+    """One attempt of a training run; see the module docstring.
+
+    checkpoint: a checkpoint URI (options are CheckpointConfig fields) or a Checkpointer.
+    state: Stateful objects by name (model, optimizer, scheduler, ...), as for Checkpointer.
+    loader: a StatefulDataLoader for ``batches()``; its position is saved with every step.
+    """
+
+    def __init__(
+        self,
+        checkpoint: str | Checkpointer,
+        state: Mapping[str, Any],
+        loader: Any = None,
+        **options: Any,
+    ) -> None:
+        if RUN_KEY in state:
+            raise ConfigError(f"state[{RUN_KEY!r}] is the run's own entry; name yours otherwise")
+        self.loader = _checked(loader)
+        self.guard = PreemptionGuard.from_env()
+        if isinstance(checkpoint, Checkpointer):
+            if options:
+                raise ConfigError("pass checkpoint options to the Checkpointer, not to the Run")
+            self.ckpt = checkpoint
+        else:
+            self.ckpt = Checkpointer(checkpoint, **options)
+        self._progress = _Progress(self)
+        self.state = {**state, RUN_KEY: self._progress}
+        self.step = 0
+        """Steps completed, counting those of earlier attempts."""
+        self.epoch = 0
+        """The epoch in progress (batches() counts them)."""
+        self.resumed_from: int | None = None
+        self.report: dict[str, Any] = {}
+        """After a notice: how the final save went (Preempted.report)."""
+
+    def __enter__(self) -> Run:
+        self.guard.__enter__()
+        try:
+            self.resumed_from = self.ckpt.restore(self.state)
+            self.guard.account_lost_steps(self.ckpt, self.resumed_from)
+        except BaseException:
+            self.guard.close()
+            self.ckpt.close()
+            raise
+        self.step = self.resumed_from or 0
+        metrics.resumed_from_step.set(-1 if self.resumed_from is None else self.resumed_from)
+        return self
+
+    def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
+        code = None
+        try:
+            if isinstance(error, Preempted):
+                code = EXIT_PREEMPTED  # the final save has been made durable, or reported lost
+            elif error is None:
+                if self.step and self.ckpt.last_saved_step != self.step:
+                    self.ckpt.save(self.step, self.state)
+                self.ckpt.close()
+                code = 0
+            else:
+                self._close_behind(error)
+        finally:
+            self.guard.close(exit_code=code)
+
+    def steps(self, total: int) -> Iterator[int]:
+        """Step numbers after the restored one, up to total. Each step's work runs between one
+        number and the next; leaving the loop with break counts the step in progress as done."""
+        while self.step < total:
+            yield from self._one_step(self.step + 1)
+
+    def batches(self, epochs: int | None = None, steps: int | None = None) -> Iterator[Any]:
+        """The loader's batches, epoch after epoch, from where the run stopped, until `epochs`
+        epochs or `steps` steps are done. Each batch is one step, as in ``steps()``."""
+        if self.loader is None:
+            raise ConfigError("Run.batches() reads the loader: pass it as Run(uri, state, loader)")
+        if epochs is None and steps is None:
+            raise ConfigError("Run.batches() needs epochs= or steps= to know where training ends")
+        empty_epochs = 0
+        while (epochs is None or self.epoch < epochs) and (steps is None or self.step < steps):
+            batches = iter(self.loader)
+            self._progress.generator.started(self.loader)
+            empty = True
+            for batch in batches:
+                empty = False
+                yield from self._one_step(batch)
+                if steps is not None and self.step >= steps:
+                    return
+            empty_epochs = empty_epochs + 1 if empty else 0
+            if empty_epochs > 1:  # a resumed epoch may be empty once; a fresh one never
+                raise ConfigError("the loader yields no batches: the dataset is empty")
+            self.epoch += 1
+
+    def _one_step(self, item: T) -> Iterator[T]:
+        try:
+            yield item
+        except GeneratorExit:  # the loop was left with break, after this step's work
+            self._count_step()
+            raise
+        self._end_step()
+
+    def _count_step(self) -> None:
+        self.step += 1
+        metrics.training_step.set(self.step)
+
+    def _end_step(self) -> None:
+        self._count_step()
+        decision = self.guard.check()
+        if decision.checkpoint_now:  # rebalance recommendation: save now, train on
+            self.ckpt.save(self.step, self.state)
+        else:
+            self.ckpt.maybe_save(self.step, self.state)
+        if decision.stop:
+            self.report = self.guard.final_save(self.ckpt, self.step, self.state)
+            raise Preempted(self.report)
+
+    def _close_behind(self, error: BaseException) -> None:
+        """Wait for the saves already taken; the error in flight is the one to report."""
+        try:
+            self.ckpt.close()
+        except SpotsafeError as e:
+            log.error("pending checkpoint saves failed too (%s) while leaving on: %r", e, error)
+
+
+def _checked(loader: Any) -> Any:
+    if loader is None:
+        return None
+    if not isinstance(loader, Stateful):
+        raise ConfigError(
+            f"the loader is a {type(loader).__name__}, which cannot resume mid-epoch; use "
+            "torchdata.stateful_dataloader.StatefulDataLoader with the same arguments"
+        )
+    if getattr(loader, "num_workers", 0) and not isinstance(loader.dataset, Stateful):
+        log.warning(
+            "the loader's %d worker processes draw from random generators no checkpoint keeps; "
+            "if the dataset draws random numbers (augmentation), wrap it in spotsafe.WorkerRNG",
+            loader.num_workers,
+        )
+    return loader
