@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.config import KueueConfig
+from components.k8s.jobs import EFA_RESOURCE
 from components.k8s.placement import Placement
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -82,6 +83,9 @@ def kueue_configuration(settings: KueueConfig) -> dict:
             },
         },
         "integrations": {"frameworks": ["batch/job"]},
+        # A multi-node pod requests its node's EFA interfaces; they are not quota, and a
+        # resource no ClusterQueue covers would leave the workload inadmissible.
+        "resources": {"excludeResourcePrefixes": [EFA_RESOURCE]},
     }
 
 

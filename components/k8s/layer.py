@@ -11,14 +11,16 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import KubernetesConfig, StackConfig, Team
+from components.config import KubernetesConfig, StackConfig, Team, duration_seconds
+from components.k8s import rendezvous
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
 from components.k8s.jobs import TrainingJobSpec
 from components.k8s.kueue import LOCAL_QUEUE, KueueArgs, KueueQueues, TeamQueue
 from components.k8s.namespaces import TeamNamespace, TeamNamespaceArgs
-from components.k8s.placement import ON_DEMAND, SPOT
+from components.k8s.placement import ON_DEMAND, SPOT, STABLE
 from components.k8s.priorities import Priorities, PrioritiesArgs
+from components.k8s.rendezvous import RendezvousStore, RendezvousStoreArgs
 from components.k8s.templates import JobTemplates, JobTemplatesArgs
 from components.k8s.termination_handler import NodeTerminationHandler, NodeTerminationHandlerArgs
 from components.platform import Platform
@@ -55,8 +57,9 @@ class KubernetesLayer(pulumi.ComponentResource):
                         team=team.name,
                         namespace=team.namespace,
                         gpus=gpus,
-                        cpu=str(gpus * s.cpu_per_gpu),
-                        memory=f"{gpus * s.memory_gib_per_gpu}Gi",
+                        # What Kueue may admit, and the team's rendezvous store.
+                        cpu=f"{gpus * s.cpu_per_gpu * 1000 + rendezvous.CPU_MILLI}m",
+                        memory=f"{gpus * s.memory_gib_per_gpu * 1024 + rendezvous.MEMORY_MI}Mi",
                         service_account=team.service_account,
                         gpu_resource=s.gpu_resource,
                         service_account_annotations=platform.service_account_annotations.get(
@@ -91,7 +94,22 @@ class KubernetesLayer(pulumi.ComponentResource):
             after_namespaces,
         )
         t = s.templates
+        # An agent waits for its gang longer than Kueue waits for the gang's pods, so a run
+        # whose lost node never comes back is requeued (uncounted) before an agent gives up.
+        kueue_wait_s = max(
+            duration_seconds(s.kueue.pods_ready_timeout), duration_seconds(s.kueue.recovery_timeout)
+        )
         for team in args.teams:
+            store = RendezvousStore(
+                f"{name}-{team.name}-rendezvous",
+                RendezvousStoreArgs(
+                    namespace=team.namespace,
+                    image=t.image,
+                    placement=STABLE,
+                    labels={"spot-training/team": team.name},
+                ),
+                after_namespaces,
+            )
             spec = TrainingJobSpec(
                 name=f"{team.name}-example",
                 namespace=team.namespace,
@@ -110,6 +128,8 @@ class KubernetesLayer(pulumi.ComponentResource):
                 gpu_resource=s.gpu_resource,
                 backoff_limit=t.backoff_limit,
                 labels={"spot-training/team": team.name},
+                rendezvous_endpoint=store.endpoint,
+                rendezvous_timeout_s=2 * kueue_wait_s,
             )
             JobTemplates(
                 f"{name}-{team.name}-templates",

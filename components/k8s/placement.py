@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.pools import CAPACITY_TYPE_LABEL, SPOT_TAINT, Taint
+from components.pools import CAPACITY_TYPE_LABEL, POOL_LABEL, SPOT_TAINT, Taint
 
 
 @dataclass(frozen=True)
@@ -36,3 +36,5 @@ class Placement:
 # Every spot node, whatever its pool, and every on-demand node (stable, and buffer when it trains).
 SPOT = Placement({CAPACITY_TYPE_LABEL: "spot"}, (SPOT_TAINT,))
 ON_DEMAND = Placement({CAPACITY_TYPE_LABEL: "on-demand"})
+# The on-demand tier that is never scaled down on a schedule: coordination services.
+STABLE = Placement({POOL_LABEL: "stable"})

@@ -1,10 +1,11 @@
 """Multi-node training with no single point of failure: real torchrun agents on loopback.
 
-Each "node" is a `spotsafe-run` agent with one gloo rank, started in a session of its own so a
-test can take the whole node away; the c10d rendezvous store runs in a process of its own, as it
-does on the stable tier. A preempted node stops every rank at one step with one durable save;
-its agent exits 75, the others re-form the gang in place with the node's replacement and resume.
-No agent ever exits 1, and the weights equal an uninterrupted run at the same world size.
+Each "node" runs what the team's multi-node template runs (`spotsafe-run` and its arguments,
+one gloo rank per node here), in a session of its own so a test can take the whole node away;
+the rendezvous store runs what the team's store Deployment runs, in a process of its own. A
+preempted node stops every rank at one step with one durable save; its agent exits 75, and the
+other re-forms the gang in place with the node's replacement and resumes. No agent ever exits
+1, and the weights equal an uninterrupted run at the same world size.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,42 +28,73 @@ from urllib.parse import urlparse
 import pytest
 from spotsafe.preemption import EXIT_PREEMPTED
 
-SPOTSAFE_RUN = str(Path(sys.executable).parent / "spotsafe-run")
-ENV = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "30"}
+from components.k8s.jobs import TrainingJobSpec, multi_node_job
+from components.k8s.placement import SPOT, STABLE
+from components.k8s.rendezvous import RendezvousStoreArgs, rendezvous_objects
+
+BIN = Path(sys.executable).parent  # spotsafe-run and python, as on the image's PATH
 EVERY = 100
+_VAR = re.compile(r"\$\((\w+)\)")
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """$(NAME) from the container's env, as Kubernetes expands commands and env values."""
+    return _VAR.sub(lambda m: env[m[1]], value)
 
 
 @pytest.fixture
 def rendezvous() -> Iterator[str]:
-    """host:port of a rendezvous store in its own process."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotsafe.rendezvous", "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    """host:port of the team's rendezvous store, run as its Deployment runs it."""
+    [deployment, _] = rendezvous_objects(RendezvousStoreArgs("team-a", "image", STABLE))
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    port = command.index("--port") + 1
+    command = [*command[:port], "0", *command[port + 1 :], "--host", "127.0.0.1"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=_with_bin_on_path())
     endpoint = proc.stdout.readline().split()[-1]
+    host, port = endpoint.rsplit(":", 1)
+    socket.create_connection((host, int(port))).close()  # as the kubelet's TCP probe does
     yield endpoint
+    assert proc.poll() is None, "the store outlived every node and every probe"
     proc.terminate()
     assert proc.wait(timeout=10) == 0
 
 
-class Agent:
-    """One node: a spotsafe-run agent and its ranks, with everything they log."""
+def _with_bin_on_path() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
-    def __init__(self, endpoint: str, run_id: str, uri: str, steps: int) -> None:
+
+class Agent:
+    """One node: the template's command with its env, and everything its ranks log."""
+
+    def __init__(self, endpoint: str, job_uid: str, uri: str, steps: int) -> None:
+        root, run_name = uri.rsplit("/", 1)
+        spec = TrainingJobSpec(
+            name=run_name, namespace="team-a", local_queue="training",
+            service_account="training", priority_class="training-preemptible",
+            checkpoint_root=root, image="image", notice_seconds=30, spot=SPOT, gpus=0,
+            rendezvous_endpoint=endpoint,
+            command=("python", "-m", "spotsafe.examples.train", "--steps", str(steps),
+                     "--checkpoint-uri", "$(CHECKPOINT_URI)", "--every-steps", str(EVERY)),
+        )  # fmt: skip
+        job = multi_node_job(spec, min_nodes=2, max_nodes=2)
+        [container] = job["spec"]["template"]["spec"]["containers"]
+        # What the downward API gives the pod: its Job's name and uid, and its own address.
+        env = {"RUN_NAME": run_name, "JOB_UID": job_uid, "POD_IP": "127.0.0.1"}
+        for var in container["env"]:
+            if "value" in var:
+                env[var["name"]] = expand(var["value"], env)
+        command = [expand(arg, env) for arg in container["command"]]
+        # A dead peer leaves the rendezvous after 3 s of missed heartbeats, not 15.
+        conf = next(i for i, arg in enumerate(command) if arg.startswith("--rdzv-conf="))
+        command[conf] += ",keep_alive_interval=1"
         self.proc = subprocess.Popen(
-            [SPOTSAFE_RUN, "--nnodes=2", "--nproc-per-node=1", "--max-restarts=100",
-             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
-             # The store is not ours; a dead peer leaves the rendezvous after 3 s, not 15.
-             "--rdzv-conf=is_host=false,keep_alive_interval=1", "--local-addr=127.0.0.1",
-             "-m", "spotsafe.examples.train",
-             "--steps", str(steps), "--checkpoint-uri", uri, "--every-steps", str(EVERY)],
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            env={**os.environ, **ENV},
-        )  # fmt: skip
+            env={**_with_bin_on_path(), **env},
+        )
         self.lines: list[str] = []
         self.readers = [
             threading.Thread(target=self._read, args=(stream,), daemon=True)
