@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
-from spotsafe.launcher import exit_code
 from spotsafe.preemption import EXIT_PREEMPTED
+from spotsafe_harness import RendezvousStore
 
 SPOTSAFE_RUN = str(Path(sys.executable).parent / "spotsafe-run")
 
@@ -33,11 +34,19 @@ RANK = textwrap.dedent(
 )
 
 
-def launch(tmp_path: Path, *actions: str) -> subprocess.Popen:
+def launch(
+    tmp_path: Path, *actions: str, rendezvous: str = "", join_timeout: int = 3
+) -> subprocess.Popen:
+    """One node, its ranks taking the actions; its own rendezvous, or the store at host:port."""
     script = tmp_path / "rank.py"
     script.write_text(RANK)
+    meet = ["--standalone"]
+    if rendezvous:
+        meet = ["--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={rendezvous}",
+                "--rdzv-id=run",
+                f"--rdzv-conf=is_host=false,join_timeout={join_timeout}"]  # fmt: skip
     return subprocess.Popen(
-        [SPOTSAFE_RUN, "--standalone", f"--nproc-per-node={len(actions)}", str(script), *actions],
+        [SPOTSAFE_RUN, *meet, f"--nproc-per-node={len(actions)}", str(script), *actions],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -71,30 +80,38 @@ def test_sigterm_to_the_launcher_exits_75(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=60)
     # torchrun forwards the SIGTERM to the ranks, waits for them and exits 1.
     assert proc.returncode == EXIT_PREEMPTED, err
-    assert "the ranks stopped for a preemption" in err
+    assert "SIGTERM: stopped for a preemption; exit 75" in err
 
 
-def test_an_unreachable_rendezvous_is_one_clear_line(tmp_path: Path) -> None:
-    script = tmp_path / "rank.py"
-    script.write_text(RANK)
-    result = subprocess.run(
-        [SPOTSAFE_RUN, "--nnodes=1", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
-         "--rdzv-conf=is_host=false,read_timeout=2", str(script), "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 1
-    [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert line.startswith("error: rendezvous at 127.0.0.1:1 failed: ")
-    assert "timed out" in line
-    assert "Traceback" not in result.stderr
+def test_a_rendezvous_store_lost_after_the_ranks_ran_is_a_stop_not_a_failure(
+    tmp_path: Path, rendezvous: RendezvousStore
+) -> None:
+    proc = launch(tmp_path, "wait", "wait", rendezvous=rendezvous.endpoint)
+    for _ in range(2):
+        assert proc.stdout.readline().strip() == "ready"
+    rendezvous.proc.kill()  # its stable node failed
+    # torchrun stops the ranks with SIGTERM (they save and exit 75), then fails itself.
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_PREEMPTED, err
+    assert "rendezvous store lost" in err
 
 
-def test_exit_code_rule() -> None:
-    assert exit_code([75, 75]) == 75
-    # Ranks torchrun stopped with SIGTERM after another ended are not the cause.
-    assert exit_code([75, -signal.SIGTERM]) == 75
-    assert exit_code([-signal.SIGTERM, 2, 1]) == 2
-    assert exit_code([-signal.SIGTERM]) == 128 + signal.SIGTERM
-    assert exit_code([-signal.SIGKILL]) == 128 + signal.SIGKILL
+def test_a_store_that_never_answers_is_one_clear_line(tmp_path: Path) -> None:
+    proc = launch(tmp_path, "0", rendezvous="127.0.0.1:1")  # join_timeout=3
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err.splitlines()[-1] == "error: no rendezvous store at 127.0.0.1:1 in 3 s"
+    assert "Traceback" not in err
+
+
+def test_sigterm_while_waiting_for_the_store_exits_75_at_once(tmp_path: Path) -> None:
+    """A replacement pod whose store is still coming back is preempted: it must not sit out
+    the grace period in a connect that holds signals, and be killed (137, a failure)."""
+    proc = launch(tmp_path, "0", rendezvous="127.0.0.1:1", join_timeout=600)
+    for line in proc.stderr:
+        if "no rendezvous store at 127.0.0.1:1 yet" in line:
+            break
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == EXIT_PREEMPTED
+    assert time.monotonic() - sent < 10

@@ -15,24 +15,19 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
-import pytest
 from spotsafe.preemption import EXIT_PREEMPTED
+from spotsafe_harness import RendezvousStore, with_bin_on_path
 
 from components.k8s.jobs import TrainingJobSpec, multi_node_job
-from components.k8s.placement import SPOT, STABLE
-from components.k8s.rendezvous import RendezvousStoreArgs, rendezvous_objects
+from components.k8s.placement import SPOT
 
-BIN = Path(sys.executable).parent  # spotsafe-run and python, as on the image's PATH
 EVERY = 100
 _VAR = re.compile(r"\$\((\w+)\)")
 
@@ -40,27 +35,6 @@ _VAR = re.compile(r"\$\((\w+)\)")
 def expand(value: str, env: dict[str, str]) -> str:
     """$(NAME) from the container's env, as Kubernetes expands commands and env values."""
     return _VAR.sub(lambda m: env[m[1]], value)
-
-
-@pytest.fixture
-def rendezvous() -> Iterator[str]:
-    """host:port of the team's rendezvous store, run as its Deployment runs it."""
-    [deployment, _] = rendezvous_objects(RendezvousStoreArgs("team-a", "image", STABLE))
-    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
-    port = command.index("--port") + 1
-    command = [*command[:port], "0", *command[port + 1 :], "--host", "127.0.0.1"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=_with_bin_on_path())
-    endpoint = proc.stdout.readline().split()[-1]
-    host, port = endpoint.rsplit(":", 1)
-    socket.create_connection((host, int(port))).close()  # as the kubelet's TCP probe does
-    yield endpoint
-    assert proc.poll() is None, "the store outlived every node and every probe"
-    proc.terminate()
-    assert proc.wait(timeout=10) == 0
-
-
-def _with_bin_on_path() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
 class Agent:
@@ -93,7 +67,7 @@ class Agent:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            env={**_with_bin_on_path(), **env},
+            env={**with_bin_on_path(), **env},
         )
         self.lines: list[str] = []
         self.readers = [
@@ -160,12 +134,12 @@ def first_to_log(agents: list[Agent], pattern: str, timeout: float = 120) -> Age
 
 
 def test_sigterm_to_each_agent_in_turn_and_a_lost_node_count_no_failure(
-    rendezvous: str, s3_uri: str
+    rendezvous: RendezvousStore, s3_uri: str
 ) -> None:
     run = uuid.uuid4().hex
 
     def node() -> Agent:
-        return Agent(rendezvous, run, s3_uri, steps=1_000_000)
+        return Agent(rendezvous.endpoint, run, s3_uri, steps=1_000_000)
 
     first, second = node(), node()
     # Rank 0 commits. Its agent hosts the ranks' own store; without a rendezvous store of its
@@ -214,10 +188,11 @@ def test_sigterm_to_each_agent_in_turn_and_a_lost_node_count_no_failure(
     reference_uri = f"s3://{urlparse(s3_uri).netloc}/{uuid.uuid4().hex}"
     reference_run = uuid.uuid4().hex
     reference = [
-        Agent(rendezvous, reference_run, reference_uri, steps=stopped["final_step"])
+        Agent(rendezvous.endpoint, reference_run, reference_uri, steps=stopped["final_step"])
         for _ in range(2)
     ]
     assert [agent.exit_code(timeout=120) for agent in reference] == [0, 0]
     [uninterrupted] = [r for agent in reference for r in agent.results()]
     assert uninterrupted["final_step"] == stopped["final_step"]
     assert uninterrupted["weights_sha256"] == stopped["weights_sha256"]
+    assert rendezvous.proc.poll() is None, "the store outlived every node"
