@@ -137,6 +137,17 @@ def _milli(cpu: str) -> int:
     return int(cpu[:-1]) if cpu.endswith("m") else int(cpu) * 1000
 
 
+def test_the_docs_show_what_rendering_prod_prints(prod_render: tuple[Rendered, Path]) -> None:
+    rendered, out = prod_render
+    docs = (REPO_ROOT / "docs" / "kubernetes.md").read_text()
+    console = docs.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
+    files = sum(1 for path in out.rglob("*") if path.is_file())
+    assert console[0] == (
+        f"wrote {files} files to out/prod: {len(rendered.objects)} objects, "
+        f"{len(rendered.releases)} Helm releases, {len(rendered.templates)} Job templates"
+    )
+
+
 def test_priorities_protect_services(prod_render: tuple[Rendered, Path]) -> None:
     rendered, _ = prod_render
     classes = {pc["metadata"]["name"]: pc for pc in by_kind(rendered, "PriorityClass")}

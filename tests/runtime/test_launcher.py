@@ -4,6 +4,7 @@ one torch import."""
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import spotsafe
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe_harness import RendezvousStore
 
@@ -115,3 +117,22 @@ def test_sigterm_while_waiting_for_the_store_exits_75_at_once(tmp_path: Path) ->
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == EXIT_PREEMPTED
     assert time.monotonic() - sent < 10
+
+
+def test_the_readme_command_means_what_it_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's spotsafe-run line, read by torchrun's parser and the trainer's."""
+    from spotsafe.examples.train import parse_args as trainer_args
+    from torch.distributed.run import config_from_args, parse_args
+
+    readme = (Path(spotsafe.__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## `spotsafe-run`", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    command = shlex.split(block.replace("\\\n", " "))
+    assert command[0] == "spotsafe-run"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun would set it for the whole process
+    config, program, program_args = config_from_args(parse_args(command[1:]))
+    assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 4, 8)
+    assert config.rdzv_configs["is_host"] == "false"
+    assert [program, *program_args[:2]] == ["python", "-m", "spotsafe.examples.train"]
+    cfg, _ = trainer_args(program_args[2:])
+    assert cfg.checkpoint_uri == "s3://bucket/team-a/run-7"
