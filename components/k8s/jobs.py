@@ -29,6 +29,8 @@ from components.k8s.placement import Placement
 
 # The runtime exits with EX_TEMPFAIL when it stopped for a preemption after a final save.
 PREEMPTED_EXIT_CODE = 75
+# Every object and pod of the project carries it.
+PART_OF = {"app.kubernetes.io/part-of": "spot-training"}
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTAINER = "trainer"
@@ -130,8 +132,6 @@ def multi_node_job(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> dic
         f"--rdzv-conf=is_host=false,join_timeout={spec.rendezvous_timeout_s}",
         "--local-addr=$(POD_IP)",
         f"--max-restarts={ELASTIC_MAX_RESTARTS}",
-        # The ranks' final save may use the whole notice.
-        f"--shutdown-timeout={spec.notice_seconds}",
         # The command names its own executable (python -m ..., or a binary).
         "--no-python",
         *spec.command,
@@ -141,6 +141,9 @@ def multi_node_job(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> dic
     container["env"] += [
         _field_env("JOB_UID", f"metadata.labels['{JOB_UID_LABEL}']"),
         _field_env("POD_IP", "status.podIP"),
+        # torchrun waits this long for the ranks' final save after a SIGTERM (default 30 s).
+        # An env var, not --shutdown-timeout: an older torchrun ignores it instead of failing.
+        {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(spec.notice_seconds)},
     ]
     if spec.efa_interfaces:
         for amounts in container["resources"].values():
@@ -166,7 +169,7 @@ def multi_node_job(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> dic
 def _same_run(topology_key: str) -> dict:
     """A term that selects the other pods of this Job (the API server adds its uid)."""
     return {
-        "labelSelector": {"matchLabels": {"app.kubernetes.io/part-of": "spot-training"}},
+        "labelSelector": {"matchLabels": dict(PART_OF)},
         "matchLabelKeys": [JOB_UID_LABEL],
         "topologyKey": topology_key,
     }
@@ -189,7 +192,7 @@ def metrics_ports(local_ranks: int) -> list[dict]:
 
 
 def _labels(spec: TrainingJobSpec) -> dict[str, str]:
-    return {"app.kubernetes.io/part-of": "spot-training", **spec.labels}
+    return {**PART_OF, **spec.labels}
 
 
 def _job(spec: TrainingJobSpec, pod_spec: dict, completions: int | None) -> dict:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s.jobs import RUN_AS_GID, RUN_AS_UID
+from components.k8s.jobs import PART_OF, RUN_AS_GID, RUN_AS_UID
 from components.k8s.placement import Placement
 from components.k8s.priorities import SERVICES
 
@@ -47,7 +47,7 @@ class RendezvousStoreArgs:
 def rendezvous_objects(args: RendezvousStoreArgs) -> list[dict]:
     """The store's Deployment and Service."""
     selector = {"app.kubernetes.io/name": NAME}
-    labels = {"app.kubernetes.io/part-of": "spot-training", **selector, **args.labels}
+    labels = {**PART_OF, **selector, **args.labels}
     metadata = {"name": NAME, "namespace": args.namespace, "labels": labels}
     port = {"tcpSocket": {"port": "rendezvous"}, "periodSeconds": 10}
     pod = {

@@ -136,9 +136,11 @@ def test_multi_node_command_is_what_torchrun_parses(monkeypatch: pytest.MonkeyPa
     from torch.distributed.run import config_from_args, parse_args
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun would set it for the whole process
-
-    command = pod(multi_node_job(spec(), min_nodes=2, max_nodes=4))["containers"][0]["command"]
-    config, program, program_args = config_from_args(parse_args(command[1:]))
+    [container] = pod(multi_node_job(spec(), min_nodes=2, max_nodes=4))["containers"]
+    for var in container["env"]:  # the pod's environment, as torchrun reads it
+        if "value" in var:
+            monkeypatch.setenv(var["name"], var["value"])
+    config, program, program_args = config_from_args(parse_args(container["command"][1:]))
     assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 4, 8)
     assert config.rdzv_backend == "c10d"
     assert config.run_id == "$(JOB_UID)"  # Kubernetes expands it from the env
