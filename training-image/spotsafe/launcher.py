@@ -16,7 +16,9 @@ It takes torchrun's arguments and runs torchrun's elastic agent, with these diff
   own connect holds signals until it gives up). A store that never answers is one line on
   stderr and exit 1: it is missing, or the endpoint is wrong.
 - It exits 75 too when the rendezvous store is lost after the ranks have run: torchrun then
-  stops the ranks with SIGTERM (they make a final save) and fails.
+  stops the ranks with SIGTERM (they make a final save) and fails. Any other rendezvous error
+  (a rendezvous closed by a node that failed for good, a gang that never re-formed) is one
+  line on stderr and exit 1.
 - The ranks' own store is rebuilt at each rendezvous round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
   unless set). torchrun otherwise lets the first round's rank-0 agent host it for good, and an
   agent that joins a later round, or a round whose rank 0 changed, waits for an address that is
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic import metrics
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous import RendezvousError
+    from torch.distributed.elastic.rendezvous import RendezvousConnectionError, RendezvousError
     from torch.distributed.run import parse_args, run
 
     args = parse_args(argv)
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except RendezvousError as e:
         # The cause (a socket timeout, say) says why; its C++ stack that follows does not.
         cause = f" ({str(e.__cause__).splitlines()[0]})" if e.__cause__ else ""
-        if started.seen:
+        if started.seen and isinstance(e, RendezvousConnectionError):
             log.warning(
                 "rendezvous store lost%s: the ranks stopped; exit %d", cause, EXIT_PREEMPTED
             )
