@@ -20,9 +20,8 @@ It takes torchrun's arguments and runs torchrun's elastic agent, with these diff
   (a rendezvous closed by a node that failed for good, a gang that never re-formed) is one
   line on stderr and exit 1.
 - The ranks' own store is rebuilt at each rendezvous round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
-  unless set). torchrun otherwise lets the first round's rank-0 agent host it for good, and an
-  agent that joins a later round, or a round whose rank 0 changed, waits for an address that is
-  never published.
+  unless set). torchrun otherwise keeps it in the first round's rank-0 agent, and a replacement
+  node that joins a later round times out waiting for keys that agent never publishes again.
 """
 
 from __future__ import annotations
