@@ -259,6 +259,12 @@ def template_class(config: StackConfig, team_index: int) -> str:
     return config.kubernetes.templates.gpu_class or next(iter(config.teams[team_index].quotas))
 
 
+def efa_interfaces(config: StackConfig, gpu_class: GpuClass) -> int:
+    """EFA interfaces a multi-node pod of this class may request: what every type offers."""
+    types = catalog(config.cloud).instance_types
+    return min(types[name].efa for name in gpu_class.instance_types)
+
+
 def _template_problems(config: StackConfig, classes: dict) -> list[Problem]:
     templates = config.kubernetes.templates
     problems = []

@@ -318,6 +318,11 @@ NOTICE_SOURCES = {"aws": ("sigterm",), "gcp": ("sigterm", "gce")}
 DURATION = r"^\d+(s|m|h)$"
 
 
+def duration_seconds(duration: str) -> int:
+    """Seconds in a DURATION such as "15m"."""
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
 class KueueConfig(Model):
     install: bool = Field(
         default=True, description="Install Kueue (chart 0.19.2) with this config."

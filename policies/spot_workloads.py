@@ -3,6 +3,8 @@ checkov checks (rendered manifests). Works on any Mapping/Sequence, both shapes 
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 
 from policies.inputs import as_list, dig
@@ -53,6 +55,50 @@ def ignores_preempted_exit(job_spec: Mapping) -> bool:
         ):
             return True
     return False
+
+
+def launcher_problem(pod_spec: Mapping) -> str | None:
+    """What is unsafe in how a container launches distributed training, or None.
+
+    torchrun turns the ranks' exit 75 into 1 (a preemption then counts as a failure), so the
+    launcher is spotsafe-run; and a multi-node c10d rendezvous that an agent would host dies with
+    that agent's node, so the agents must meet in a store elsewhere (`is_host=false`).
+    """
+    for container in as_list(dig(pod_spec, "containers")):
+        argv = [
+            str(a) for a in as_list(dig(container, "command")) + as_list(dig(container, "args"))
+        ]
+        if not argv:
+            continue
+        program = os.path.basename(argv[0])
+        if program == "torchrun" or (
+            program.startswith("python") and argv[1:3] == ["-m", "torch.distributed.run"]
+        ):
+            return "launches torchrun, which exits 1 when its ranks stop for a preemption"
+        if program == "spotsafe-run" and _multi_node(argv) and not _store_elsewhere(argv):
+            return "its agents would host their own rendezvous (no --rdzv-conf is_host=false)"
+    return None
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of a torchrun option, --name=value or --name value, - or _ in the name."""
+    names = {name, name.replace("-", "_")}
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag in names:
+            return value if value or i + 1 == len(argv) else argv[i + 1]
+    return None
+
+
+def _multi_node(argv: list[str]) -> bool:
+    """--nnodes allows more than one node; a value only the pod knows ($(N)) may too."""
+    most = (_option(argv, "--nnodes") or "1").rsplit(":", 1)[-1]
+    return "--standalone" not in argv and (not most.isdigit() or int(most) > 1)
+
+
+def _store_elsewhere(argv: list[str]) -> bool:
+    conf = _option(argv, "--rdzv-conf") or ""
+    return re.search(r"(^|,)is_host=(false|0|no|off)(,|$)", conf, re.IGNORECASE) is not None
 
 
 def grace_seconds(pod_spec: Mapping) -> int:

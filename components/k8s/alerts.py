@@ -13,7 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.k8s.jobs import METRICS_PORT_NAME
+from components.k8s.jobs import METRICS_PORT_NAMES
 
 RULES_FILE = Path(__file__).parent / "rules" / "spot-training.rules.yaml"
 TRAINING_POD_SELECTOR = {"app.kubernetes.io/part-of": "spot-training"}
@@ -65,16 +65,21 @@ class AlertRules(pulumi.ComponentResource):
                 "selector": {"matchLabels": TRAINING_POD_SELECTOR},
                 "podMetricsEndpoints": [
                     {
-                        "port": METRICS_PORT_NAME,
                         "interval": "30s",
-                        # Every series names its run (the Job), across the run's pods.
                         "relabelings": [
+                            # Every local rank's port (metrics, metrics-1, ...) is a target.
+                            {
+                                "sourceLabels": ["__meta_kubernetes_pod_container_port_name"],
+                                "regex": METRICS_PORT_NAMES,
+                                "action": "keep",
+                            },
+                            # Every series names its run (the Job), across the run's pods.
                             {
                                 "sourceLabels": [
                                     "__meta_kubernetes_pod_label_batch_kubernetes_io_job_name"
                                 ],
                                 "targetLabel": "run",
-                            }
+                            },
                         ],
                     }
                 ],

@@ -15,6 +15,14 @@ per-team template ConfigMaps, `spotctl render` and the tests.
   cloud's notice, so its final save is planned for the time the node really has left.
 - The run is named by the Job: CHECKPOINT_URI is `<team checkpoint root>/<job name>`, so
   resubmitting a Job with the same name resumes that run.
+
+A multi-node run is one indexed Job of `spotsafe-run` agents (torchrun that exits 75 after a
+preemption stop). Their c10d rendezvous lives in the team's rendezvous store on the stable tier
+(components/k8s/rendezvous.py), never in a preemptible pod, so any node may go: every rank
+stops at one step with one durable save, the preempted pod exits 75 (or is marked
+DisruptionTarget) and is replaced, and the other agents re-form the gang in place with its
+replacement. A node lost without notice fails the survivors' ranks, which torchrun restarts in
+place (--max-restarts), so that is not counted either.
 """
 
 from __future__ import annotations
@@ -25,15 +33,25 @@ from components.k8s.placement import SPOT_PREFERENCE, Placement
 
 # The runtime exits with EX_TEMPFAIL when it stopped for a preemption after a final save.
 PREEMPTED_EXIT_CODE = 75
+# Every object and pod of the project carries it.
+PART_OF = {"app.kubernetes.io/part-of": "spot-training"}
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTAINER = "trainer"
 SCRATCH_DIR = "/scratch"
 METRICS_PORT = 9400
 METRICS_PORT_NAME = "metrics"
-RENDEZVOUS_PORT = 29400
-# A lost peer fails the survivors' workers once, and torchrun counts that as a restart; a long
-# run on spot sees many of them.
+# Local rank r serves its metrics on METRICS_PORT + r, on a port named metrics-r (r > 0).
+METRICS_PORT_NAMES = r"metrics(-[0-9]+)?"
+# One rank per GPU; the metrics ports of a pod, and the network policy that opens them, cover
+# this many.
+MAX_LOCAL_RANKS = 16
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# Every stop of the gang (a preemption's exit 75, a lost peer's failure) is a restart for the
+# agents that stay; a long run on spot sees many of them.
 ELASTIC_MAX_RESTARTS = 100
 # Unprivileged ids above the host's user range, so a container escape maps to no host user.
 RUN_AS_UID = 10001
@@ -67,6 +85,15 @@ class TrainingJobSpec:
     labels: dict[str, str] = field(default_factory=dict)
     # Pod annotations, e.g. the provisioner's "never move a running pod".
     annotations: dict[str, str] = field(default_factory=dict)
+    # host:port of the team's rendezvous store (components/k8s/rendezvous.py); multi-node only.
+    rendezvous_endpoint: str = ""
+    # EFA interfaces per node, as the GPU class has them (0: none). A multi-node pod requests
+    # them all, and libfabric (NCCL's aws-ofi-nccl plugin, in the image) uses them.
+    efa_interfaces: int = 0
+    # How long a multi-node agent waits for its gang in the rendezvous. Longer than Kueue's
+    # recovery timeout, so Kueue requeues a run whose lost node never comes back (uncounted)
+    # before an agent gives up (counted).
+    rendezvous_timeout_s: int = 1800
 
     def __post_init__(self) -> None:
         if self.notice_seconds < 1:
@@ -76,6 +103,14 @@ class TrainingJobSpec:
                 f"notice_lag_seconds must be in [0, {self.notice_seconds}), "
                 f"got {self.notice_lag_seconds}"
             )
+        if not 0 <= self.gpus <= MAX_LOCAL_RANKS:
+            raise ValueError(f"gpus must be 0..{MAX_LOCAL_RANKS}, got {self.gpus}")
+        if self.efa_interfaces < 0:
+            raise ValueError(f"efa_interfaces must be >= 0, got {self.efa_interfaces}")
+        if self.rendezvous_timeout_s < 1:
+            raise ValueError(
+                f"rendezvous_timeout_s must be positive, got {self.rendezvous_timeout_s}"
+            )
         if self.backoff_limit < 0:
             raise ValueError(f"backoff_limit must be >= 0, got {self.backoff_limit}")
         if not self.command:
@@ -84,54 +119,93 @@ class TrainingJobSpec:
 
 def single_node_job(spec: TrainingJobSpec) -> dict:
     """A one-pod training Job."""
-    return _job(spec, _pod_spec(spec, list(spec.command)), completions=None)
+    return _job(spec, _pod_spec(spec, list(spec.command), local_ranks=1), completions=None)
 
 
-def multi_node_job(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> list[dict]:
-    """An elastic multi-node run: a headless Service and an indexed Job running torchrun.
+def multi_node_job(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> dict:
+    """An elastic multi-node run: an indexed Job of one spotsafe-run agent per node.
 
-    torchrun's c10d rendezvous is hosted by index 0 (`<job>-0.<job>`); with --nnodes=MIN:MAX
-    the survivors re-form the group without a preempted node and take it back when its
-    replacement pod joins.
+    The agents meet in the team's rendezvous store under the Job's uid, so a resubmitted Job
+    starts a fresh rendezvous; ranks reach each other at their pod IPs. With --nnodes=MIN:MAX
+    the gang trains on while at least MIN nodes are up, and takes a replacement back when it
+    joins. All pods share one zone and no two share a node.
     """
     if not 1 <= min_nodes <= max_nodes:
         raise ValueError(f"need 1 <= min_nodes <= max_nodes, got {min_nodes}..{max_nodes}")
-    endpoint = f"$(RUN_NAME)-0.$(RUN_NAME).{spec.namespace}.svc:{RENDEZVOUS_PORT}"
+    if not spec.rendezvous_endpoint:
+        raise ValueError("a multi-node run needs rendezvous_endpoint (the team's store)")
+    local_ranks = max(spec.gpus, 1)
     command = [
-        "torchrun",
+        "spotsafe-run",
         f"--nnodes={min_nodes}:{max_nodes}",
-        f"--nproc-per-node={max(spec.gpus, 1)}",
+        f"--nproc-per-node={local_ranks}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        "--rdzv-id=$(RUN_NAME)",
+        f"--rdzv-endpoint={spec.rendezvous_endpoint}",
+        "--rdzv-id=$(JOB_UID)",
+        f"--rdzv-conf=is_host=false,join_timeout={spec.rendezvous_timeout_s}",
+        "--local-addr=$(POD_IP)",
         f"--max-restarts={ELASTIC_MAX_RESTARTS}",
+        # The command names its own executable (python -m ..., or a binary).
+        "--no-python",
         *spec.command,
     ]
-    pod = _pod_spec(spec, command)
-    pod["subdomain"] = spec.name
-    pod["containers"][0]["ports"].append(
-        {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
-    )
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)},
-        "spec": {
-            "clusterIP": "None",
-            # Rendezvous must resolve peers before they report ready.
-            "publishNotReadyAddresses": True,
-            "selector": {JOB_NAME_LABEL: spec.name},
-            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "protocol": "TCP"}],
-        },
+    pod = _pod_spec(spec, command, local_ranks)
+    container = pod["containers"][0]
+    container["env"] += [
+        _field_env("JOB_UID", f"metadata.labels['{JOB_UID_LABEL}']"),
+        _field_env("POD_IP", "status.podIP"),
+        # torchrun waits this long for the ranks' final save after a SIGTERM (default 30 s).
+        # An env var, not --shutdown-timeout: an older torchrun ignores it instead of failing.
+        {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(spec.notice_seconds)},
+    ]
+    if spec.efa_interfaces:
+        for amounts in container["resources"].values():
+            amounts[EFA_RESOURCE] = str(spec.efa_interfaces)
+        container["env"].append({"name": "FI_PROVIDER", "value": "efa"})
+    pod["affinity"]["podAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [_same_run(ZONE_LABEL)]
+    }
+    pod["affinity"]["podAntiAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [_same_run(HOSTNAME_LABEL)]
     }
     job = _job(spec, pod, completions=max_nodes)
-    job["spec"]["parallelism"] = max_nodes
-    job["spec"]["completionMode"] = "Indexed"
-    return [service, job]
+    job["spec"].update(
+        parallelism=max_nodes,
+        completionMode="Indexed",
+        # The ranks finish together; once one node is done the run is, and a replacement
+        # still pending is not started for nothing.
+        successPolicy={"rules": [{"succeededCount": 1}]},
+    )
+    return job
+
+
+def _same_run(topology_key: str) -> dict:
+    """A term that selects the other pods of this Job (the API server adds its uid)."""
+    return {
+        "labelSelector": {"matchLabels": dict(PART_OF)},
+        "matchLabelKeys": [JOB_UID_LABEL],
+        "topologyKey": topology_key,
+    }
+
+
+def _field_env(name: str, field_path: str) -> dict:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def metrics_ports(local_ranks: int) -> list[dict]:
+    """One port per local rank, as spotsafe's --metrics-port serves them."""
+    return [
+        {
+            "name": METRICS_PORT_NAME if rank == 0 else f"{METRICS_PORT_NAME}-{rank}",
+            "containerPort": METRICS_PORT + rank,
+            "protocol": "TCP",
+        }
+        for rank in range(local_ranks)
+    ]
 
 
 def _labels(spec: TrainingJobSpec) -> dict[str, str]:
-    return {"app.kubernetes.io/part-of": "spot-training", **spec.labels}
+    return {**PART_OF, **spec.labels}
 
 
 def _job(spec: TrainingJobSpec, pod_spec: dict, completions: int | None) -> dict:
@@ -172,7 +246,7 @@ def _job(spec: TrainingJobSpec, pod_spec: dict, completions: int | None) -> dict
     }
 
 
-def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
+def _pod_spec(spec: TrainingJobSpec, command: list[str], local_ranks: int) -> dict:
     resources = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpus:
         resources[spec.gpu_resource] = str(spec.gpus)
@@ -207,12 +281,7 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
                 "imagePullPolicy": "Always",
                 "command": command,
                 "env": [
-                    {
-                        "name": "RUN_NAME",
-                        "valueFrom": {
-                            "fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}
-                        },
-                    },
+                    _field_env("RUN_NAME", f"metadata.labels['{JOB_NAME_LABEL}']"),
                     {"name": "CHECKPOINT_URI", "value": f"{spec.checkpoint_root}/$(RUN_NAME)"},
                     # The runtime's notice sources, and the SIGTERM deadline it plans its save by:
                     # the grace, less the drain's lag behind the cloud's notice.
@@ -220,9 +289,7 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str]) -> dict:
                     {"name": "SPOTSAFE_SIGTERM_GRACE_S", "value": str(spec.notice_seconds)},
                     {"name": "SPOTSAFE_SIGTERM_LAG_S", "value": str(spec.notice_lag_seconds)},
                 ],
-                "ports": [
-                    {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}
-                ],
+                "ports": metrics_ports(local_ranks),
                 "resources": {"requests": resources, "limits": dict(resources)},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,

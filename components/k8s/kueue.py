@@ -26,6 +26,7 @@ import pulumi
 import yaml
 
 from components.config import KueueConfig
+from components.k8s.jobs import EFA_RESOURCE
 from components.k8s.objects import Chart, custom_resource, helm_release
 from components.k8s.placement import class_placement
 from components.pools import CAPACITIES, Capacity
@@ -115,6 +116,9 @@ def kueue_configuration(settings: KueueConfig) -> dict:
             },
         },
         "integrations": {"frameworks": ["batch/job"]},
+        # A multi-node pod requests its node's EFA interfaces; they are not quota, and a
+        # resource no ClusterQueue covers would leave the workload inadmissible.
+        "resources": {"excludeResourcePrefixes": [EFA_RESOURCE]},
     }
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.capacity import template_class
-from components.config import StackConfig
+from components.capacity import efa_interfaces, template_class
+from components.config import StackConfig, duration_seconds
+from components.k8s import rendezvous
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
 from components.k8s.gpus import GpuAgents, GpuAgentsArgs
@@ -26,8 +27,9 @@ from components.k8s.kueue import (
     TeamQueue,
 )
 from components.k8s.namespaces import TeamNamespace, TeamNamespaceArgs
-from components.k8s.placement import class_placement
+from components.k8s.placement import STABLE, class_placement
 from components.k8s.priorities import Priorities, PrioritiesArgs
+from components.k8s.rendezvous import RendezvousStore, RendezvousStoreArgs
 from components.k8s.templates import JobTemplates, JobTemplatesArgs
 from components.platform import Platform
 
@@ -73,6 +75,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 name: quota.spot_gpus + quota.on_demand_gpus for name, quota in team.quotas.items()
             }
             gpus = {name: gpus.get(name, 0) + borrow for name in classes}
+            cpu_milli = sum(n * classes[c].cpu_per_gpu * 1000 for c, n in gpus.items())
             memory_gib = sum(n * classes[c].memory_gib_per_gpu for c, n in gpus.items())
             namespaces.append(
                 TeamNamespace(
@@ -81,8 +84,9 @@ class KubernetesLayer(pulumi.ComponentResource):
                         team=team.name,
                         namespace=team.namespace,
                         gpus=sum(gpus.values()),
-                        cpu=str(sum(n * classes[c].cpu_per_gpu for c, n in gpus.items())),
-                        memory=f"{memory_gib}Gi",
+                        # What Kueue may admit, and the team's rendezvous store.
+                        cpu=f"{cpu_milli + rendezvous.CPU_MILLI}m",
+                        memory=f"{memory_gib * 1024 + rendezvous.MEMORY_MI}Mi",
                         service_account=team.service_account,
                         gpu_resource=s.gpu_resource,
                         service_account_annotations=platform.service_account_annotations.get(
@@ -119,8 +123,23 @@ class KubernetesLayer(pulumi.ComponentResource):
             after_namespaces,
         )
         t = s.templates
+        # An agent waits for its gang longer than Kueue waits for the gang's pods, so a run
+        # whose lost node never comes back is requeued (uncounted) before an agent gives up.
+        kueue_wait_s = max(
+            duration_seconds(s.kueue.pods_ready_timeout), duration_seconds(s.kueue.recovery_timeout)
+        )
         for index, team in enumerate(config.teams):
             gpu_class = classes[template_class(config, index)]
+            store = RendezvousStore(
+                f"{name}-{team.name}-rendezvous",
+                RendezvousStoreArgs(
+                    namespace=team.namespace,
+                    image=t.image,
+                    placement=STABLE,
+                    labels={"spot-training/team": team.name},
+                ),
+                after_namespaces,
+            )
             spec = TrainingJobSpec(
                 name=f"{team.name}-example",
                 namespace=team.namespace,
@@ -141,6 +160,9 @@ class KubernetesLayer(pulumi.ComponentResource):
                 backoff_limit=t.backoff_limit,
                 labels={"spot-training/team": team.name},
                 annotations=dict(platform.training_pod_annotations),
+                rendezvous_endpoint=store.endpoint,
+                rendezvous_timeout_s=2 * kueue_wait_s,
+                efa_interfaces=efa_interfaces(config, gpu_class),
             )
             JobTemplates(
                 f"{name}-{team.name}-templates",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s.jobs import METRICS_PORT_NAME
+from components.k8s.jobs import MAX_LOCAL_RANKS, METRICS_PORT
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,14 @@ class TeamNamespace(pulumi.ComponentResource):
                                 }
                             }
                         ],
-                        "ports": [{"port": METRICS_PORT_NAME, "protocol": "TCP"}],
+                        # Local rank r serves METRICS_PORT + r.
+                        "ports": [
+                            {
+                                "port": METRICS_PORT,
+                                "endPort": METRICS_PORT + MAX_LOCAL_RANKS - 1,
+                                "protocol": "TCP",
+                            }
+                        ],
                     },
                 ],
             },

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, SPOT_TAINT, Capacity, Taint
+from components.pools import (
+    CAPACITY_TYPE_LABEL,
+    GPU_CLASS_LABEL,
+    POOL_LABEL,
+    SPOT_TAINT,
+    Capacity,
+    Taint,
+)
 
 
 @dataclass(frozen=True)
@@ -47,3 +54,5 @@ def class_placement(gpu_class: str, capacity: Capacity) -> Placement:
 
 # What a training pod prefers among the nodes its placement allows.
 SPOT_PREFERENCE = Placement({CAPACITY_TYPE_LABEL: "spot"})
+# The on-demand tier that is never scaled down on a schedule: coordination services.
+STABLE = Placement({POOL_LABEL: "stable"})

@@ -29,13 +29,11 @@ class JobTemplatesArgs:
 
 
 def template_documents(spec: TrainingJobSpec, min_nodes: int, max_nodes: int) -> dict[str, str]:
-    """File name -> YAML (multi-document for the multi-node run)."""
+    """File name -> YAML of the Job."""
     multi = replace(spec, name=f"{spec.name}-multi")
     return {
         SINGLE_NODE: yaml.safe_dump(single_node_job(spec), sort_keys=False),
-        MULTI_NODE: yaml.safe_dump_all(
-            multi_node_job(multi, min_nodes, max_nodes), sort_keys=False
-        ),
+        MULTI_NODE: yaml.safe_dump(multi_node_job(multi, min_nodes, max_nodes), sort_keys=False),
     }
 
 

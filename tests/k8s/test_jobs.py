@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import kubernetes_validate
 import pytest
 
 from components.k8s.jobs import (
+    EFA_RESOURCE,
+    METRICS_PORT_NAMES,
     PREEMPTED_EXIT_CODE,
     QUEUE_LABEL,
     TrainingJobSpec,
@@ -13,6 +17,7 @@ from components.k8s.jobs import (
     single_node_job,
 )
 from components.k8s.placement import class_placement
+from components.k8s.rendezvous import rendezvous_endpoint
 from spotctl.render import KUBERNETES_VERSION
 
 
@@ -32,6 +37,7 @@ def spec(**overrides) -> TrainingJobSpec:
         placement=class_placement("h100-80gb", "spot"),
         gpus=8,
         annotations={"karpenter.sh/do-not-disrupt": "true"},
+        rendezvous_endpoint=rendezvous_endpoint("team-a"),
     )
     values.update(overrides)
     return TrainingJobSpec(**values)
@@ -121,24 +127,84 @@ def test_pod_is_locked_down_with_an_emptydir_local_tier() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
 
 
-def test_multi_node_is_an_elastic_indexed_job_behind_a_headless_service() -> None:
-    service, job = multi_node_job(spec(), min_nodes=2, max_nodes=4)
-    for obj in (service, job):
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-    assert service["spec"]["clusterIP"] == "None"
-    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": "run-42"}
+def test_multi_node_is_an_elastic_indexed_job_that_meets_in_the_team_store() -> None:
+    job = multi_node_job(spec(), min_nodes=2, max_nodes=4)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
     js = job["spec"]
     assert (js["completionMode"], js["completions"], js["parallelism"]) == ("Indexed", 4, 4)
-    assert pod(job)["subdomain"] == service["metadata"]["name"]
-    command = pod(job)["containers"][0]["command"]
-    assert command[0] == "torchrun"
-    assert "--nnodes=2:4" in command
-    assert "--nproc-per-node=8" in command
-    assert "--rdzv-backend=c10d" in command
-    assert "--rdzv-endpoint=$(RUN_NAME)-0.$(RUN_NAME).team-a.svc:29400" in command
-    # The user's program follows torchrun's own arguments.
-    assert command[-3:] == ["python", "-m", "spotsafe.examples.train"]
+    # The ranks finish together: one finished node is a finished run.
+    assert js["successPolicy"] == {"rules": [{"succeededCount": 1}]}
     assert js["podFailurePolicy"] == single_node_job(spec())["spec"]["podFailurePolicy"]
+    assert "subdomain" not in pod(job)
+    container = pod(job)["containers"][0]
+    command = container["command"]
+    assert command[0] == "spotsafe-run"
+    assert "--rdzv-endpoint=training-rendezvous.team-a.svc:29400" in command
+    # The user's program follows the launcher's own arguments.
+    assert command[-3:] == ["python", "-m", "spotsafe.examples.train"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JOB_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['batch.kubernetes.io/controller-uid']"
+    )
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+
+
+def test_multi_node_command_is_what_torchrun_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's own parser reads the launcher's arguments as meant."""
+    from torch.distributed.run import config_from_args, parse_args
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun would set it for the whole process
+    [container] = pod(multi_node_job(spec(), min_nodes=2, max_nodes=4))["containers"]
+    for var in container["env"]:  # the pod's environment, as torchrun reads it
+        if "value" in var:
+            monkeypatch.setenv(var["name"], var["value"])
+    config, program, program_args = config_from_args(parse_args(container["command"][1:]))
+    assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 4, 8)
+    assert config.rdzv_backend == "c10d"
+    assert config.run_id == "$(JOB_UID)"  # Kubernetes expands it from the env
+    assert config.local_addr == "$(POD_IP)"
+    # A client of the team's store, never its host; it waits for its gang longer than Kueue.
+    assert config.rdzv_configs["is_host"] == "false"
+    assert config.rdzv_configs["join_timeout"] == "1800"
+    assert config.max_restarts == 100
+    assert config.shutdown_timeout == 120  # the ranks' final save may use the whole notice
+    assert [program, *program_args] == ["python", "-m", "spotsafe.examples.train"]
+
+
+def test_multi_node_gang_shares_a_zone_and_never_a_node() -> None:
+    affinity = pod(multi_node_job(spec(), min_nodes=2, max_nodes=4))["affinity"]
+    [zone] = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    [node] = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert (zone["topologyKey"], node["topologyKey"]) == (
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    )
+    for term in (zone, node):
+        # This Job's pods only: the API server adds the pod's own Job uid to the selector.
+        assert term["matchLabelKeys"] == ["batch.kubernetes.io/controller-uid"]
+    # Still only preferring spot: Kueue's flavor decides spot or on-demand.
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in affinity["nodeAffinity"]
+
+
+def test_every_local_rank_serves_metrics_on_a_declared_port() -> None:
+    ports = pod(multi_node_job(spec(gpus=8), 2, 4))["containers"][0]["ports"]
+    assert [(p["name"], p["containerPort"]) for p in ports] == [
+        ("metrics", 9400),
+        *((f"metrics-{r}", 9400 + r) for r in range(1, 8)),
+    ]
+    assert all(re.fullmatch(METRICS_PORT_NAMES, p["name"]) for p in ports)
+    single = pod(single_node_job(spec(gpus=8)))["containers"][0]["ports"]
+    assert [p["name"] for p in single] == ["metrics"]  # one process
+
+
+def test_efa_interfaces_are_requested_where_the_class_has_them() -> None:
+    container = pod(multi_node_job(spec(efa_interfaces=32), 2, 4))["containers"][0]
+    for amounts in container["resources"].values():
+        assert amounts[EFA_RESOURCE] == "32"
+    assert {"name": "FI_PROVIDER", "value": "efa"} in container["env"]
+    plain = pod(multi_node_job(spec(), 2, 4))["containers"][0]
+    assert EFA_RESOURCE not in plain["resources"]["limits"]
+    assert "FI_PROVIDER" not in {e["name"] for e in plain["env"]}
 
 
 @pytest.mark.parametrize(
@@ -148,6 +214,9 @@ def test_multi_node_is_an_elastic_indexed_job_behind_a_headless_service() -> Non
         ({"backoff_limit": -1}, "backoff_limit must be >= 0"),
         ({"command": ()}, "command must not be empty"),
         ({"notice_lag_seconds": 120}, r"notice_lag_seconds must be in \[0, 120\)"),
+        ({"gpus": 17}, "gpus must be 0..16, got 17"),
+        ({"efa_interfaces": -1}, "efa_interfaces must be >= 0"),
+        ({"rendezvous_timeout_s": 0}, "rendezvous_timeout_s must be positive"),
     ],
 )
 def test_bad_spec_is_rejected_clearly(overrides: dict, message: str) -> None:
@@ -155,6 +224,8 @@ def test_bad_spec_is_rejected_clearly(overrides: dict, message: str) -> None:
         spec(**overrides)
 
 
-def test_bad_node_range_is_rejected_clearly() -> None:
+def test_bad_multi_node_run_is_rejected_clearly() -> None:
     with pytest.raises(ValueError, match="min_nodes <= max_nodes, got 3..2"):
         multi_node_job(spec(), min_nodes=3, max_nodes=2)
+    with pytest.raises(ValueError, match="needs rendezvous_endpoint"):
+        multi_node_job(spec(rendezvous_endpoint=""), min_nodes=1, max_nodes=2)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from components.config import KueueConfig
+from components.k8s.jobs import EFA_RESOURCE
 from components.k8s.kueue import (
     ClassQuota,
     KueueArgs,
@@ -124,6 +125,12 @@ def test_waiting_workloads_requeue_forever() -> None:
     assert config["metrics"]["enableClusterQueueResources"] is True
     # It survives the trip through the chart's YAML string.
     assert yaml.safe_load(yaml.safe_dump(config)) == config
+
+
+def test_efa_interfaces_are_not_quota() -> None:
+    # A pod's EFA request would otherwise make its workload inadmissible: no flavor covers it.
+    resources = kueue_configuration(KueueConfig())["resources"]
+    assert resources["excludeResourcePrefixes"] == [EFA_RESOURCE]
 
 
 @pytest.mark.parametrize(

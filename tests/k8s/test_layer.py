@@ -156,5 +156,6 @@ def test_namespaced_objects_wait_for_their_namespace(
         if namespace in namespaces:
             assert namespaces[namespace] in resource.dependencies, resource.name
             checked += 1
-    # Per team: quota, limits, account, network policy, templates, LocalQueue.
-    assert checked == 6 * len(namespaces)
+    # Per team: quota, limits, account, network policy, templates, LocalQueue, and the
+    # rendezvous store's Deployment and Service.
+    assert checked == 8 * len(namespaces)

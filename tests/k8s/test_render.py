@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 from stack_files import REPO_ROOT, stack_values
 
 from components.config import load_config
+from components.k8s.jobs import MAX_LOCAL_RANKS, metrics_ports
 from spotctl.render import KUBERNETES_VERSION, Rendered, validate
 
 PROD = load_config(stack_values("prod"))
@@ -53,10 +55,8 @@ def test_every_team_gets_namespace_quota_queue_and_templates(
         }
         # The bucket is the stack's, the prefix the team's.
         assert env["CHECKPOINT_URI"].startswith("s3://")
-        multi = list(
-            yaml.safe_load_all((out / "templates" / namespace / "multi-node.yaml").read_text())
-        )
-        assert [doc["kind"] for doc in multi] == ["Service", "Job"]
+        multi = yaml.safe_load((out / "templates" / namespace / "multi-node.yaml").read_text())
+        assert multi["kind"] == "Job"
     quota = {
         q["metadata"]["namespace"]: q["spec"]["hard"] for q in by_kind(rendered, "ResourceQuota")
     }
@@ -64,6 +64,88 @@ def test_every_team_gets_namespace_quota_queue_and_templates(
     for team in PROD.teams:
         gpus = int(quota[team.namespace]["requests.nvidia.com/gpu"])
         assert gpus >= sum(q.spot_gpus + q.on_demand_gpus for q in team.quotas.values())
+
+
+def test_each_team_has_a_rendezvous_store_on_the_stable_tier(
+    prod_render: tuple[Rendered, Path],
+) -> None:
+    rendered, out = prod_render
+    stores = {d["metadata"]["namespace"]: d for d in by_kind(rendered, "Deployment")}
+    services = {s["metadata"]["namespace"]: s for s in by_kind(rendered, "Service")}
+    quotas = {
+        q["metadata"]["namespace"]: q["spec"]["hard"] for q in by_kind(rendered, "ResourceQuota")
+    }
+    queues = {
+        q["spec"]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]: q
+        for q in by_kind(rendered, "ClusterQueue")
+    }
+    assert set(stores) == set(services) == set(TEAMS.values())
+    for namespace in TEAMS.values():
+        store, service = stores[namespace], services[namespace]
+        pod = store["spec"]["template"]
+        assert pod["spec"]["nodeSelector"] == {"node-pool": "stable"}
+        assert pod["spec"]["priorityClassName"] == "services-critical"
+        assert not pod["spec"]["tolerations"]
+        assert store["spec"]["strategy"] == {"type": "Recreate"}  # never two stores at once
+        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        # The team's multi-node template meets there, and runs the same image.
+        job = yaml.safe_load((out / "templates" / namespace / "multi-node.yaml").read_text())
+        trainer = job["spec"]["template"]["spec"]["containers"][0]
+        [port] = service["spec"]["ports"]
+        endpoint = f"{service['metadata']['name']}.{namespace}.svc:{port['port']}"
+        assert f"--rdzv-endpoint={endpoint}" in trainer["command"]
+        assert pod["spec"]["containers"][0]["image"] == trainer["image"]
+        # The namespace quota holds what Kueue may admit and the store besides.
+        admissible = sum(
+            r["nominalQuota"] + r.get("borrowingLimit", 0)
+            for flavor in queues[namespace]["spec"]["resourceGroups"][0]["flavors"]
+            for r in flavor["resources"]
+            if r["name"] == "cpu"
+        )
+        store_cpu = pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+        assert _milli(quotas[namespace]["requests.cpu"]) == admissible * 1000 + _milli(store_cpu)
+
+
+def test_every_local_rank_is_scraped_through_the_network_policy(
+    prod_render: tuple[Rendered, Path],
+) -> None:
+    rendered, out = prod_render
+    (monitor,) = by_kind(rendered, "PodMonitor")
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    [keep] = [r for r in endpoint["relabelings"] if r.get("action") == "keep"]
+    assert keep["sourceLabels"] == ["__meta_kubernetes_pod_container_port_name"]
+    policies = {p["metadata"]["namespace"]: p for p in by_kind(rendered, "NetworkPolicy")}
+    for namespace in TEAMS.values():
+        job = yaml.safe_load((out / "templates" / namespace / "multi-node.yaml").read_text())
+        ports = job["spec"]["template"]["spec"]["containers"][0]["ports"]
+        assert len(ports) == max(PROD.kubernetes.templates.gpus_per_node, 1)
+        # A node with the most GPUs a pod may have, one rank each.
+        ports += metrics_ports(MAX_LOCAL_RANKS)
+        # Prometheus anchors the regex: every rank's port is kept, nothing else.
+        assert all(re.fullmatch(keep["regex"], p["name"]) for p in ports)
+        assert not re.fullmatch(keep["regex"], "rendezvous")
+        [from_monitoring] = [
+            rule
+            for rule in policies[namespace]["spec"]["ingress"]
+            if "namespaceSelector" in rule["from"][0]
+        ]
+        [opened] = from_monitoring["ports"]
+        assert all(opened["port"] <= p["containerPort"] <= opened["endPort"] for p in ports)
+
+
+def _milli(cpu: str) -> int:
+    return int(cpu[:-1]) if cpu.endswith("m") else int(cpu) * 1000
+
+
+def test_the_docs_show_what_rendering_prod_prints(prod_render: tuple[Rendered, Path]) -> None:
+    rendered, out = prod_render
+    docs = (REPO_ROOT / "docs" / "kubernetes.md").read_text()
+    console = docs.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
+    files = sum(1 for path in out.rglob("*") if path.is_file())
+    assert console[0] == (
+        f"wrote {files} files to out/prod: {len(rendered.objects)} objects, "
+        f"{len(rendered.releases)} Helm releases, {len(rendered.templates)} Job templates"
+    )
 
 
 def test_priorities_protect_services(prod_render: tuple[Rendered, Path]) -> None:
@@ -202,7 +284,7 @@ def test_checkov_reports_no_failed_checks(prod_render: tuple[Rendered, Path]) ->
     assert failed == []
     passed = {c["check_id"] for r in reports for c in r["results"]["passed_checks"]}
     # It really scanned the Job templates, with the project's own checks among checkov's.
-    assert {"CKV_K8S_22", "CKV_K8S_43", "CKV_SPOT_1", "CKV_SPOT_3"} <= passed
+    assert {"CKV_K8S_22", "CKV_K8S_43", "CKV_SPOT_1", "CKV_SPOT_3", "CKV_SPOT_5"} <= passed
     assert not any(r["results"]["skipped_checks"] for r in reports)
 
 

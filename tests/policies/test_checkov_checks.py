@@ -12,7 +12,7 @@ import pytest
 from spot_policy_cases import PACK_DIR
 
 FIXTURES = Path(__file__).parent / "checkov"
-CHECKS = "CKV_SPOT_1,CKV_SPOT_2,CKV_SPOT_3,CKV_SPOT_4"
+CHECKS = "CKV_SPOT_1,CKV_SPOT_2,CKV_SPOT_3,CKV_SPOT_4,CKV_SPOT_5"
 BIN = Path(sys.executable).parent
 
 
@@ -61,6 +61,10 @@ def fixture_results():
         ("job-counts-disruption.yaml", "CKV_SPOT_3", "passed"),
         ("job-missing-policy.yaml", "CKV_SPOT_3", "failed"),
         ("job-on-demand.yaml", "CKV_SPOT_3", "passed"),
+        ("job-multi-node-spotsafe-run.yaml", "CKV_SPOT_5", "passed"),
+        ("job-multi-node-torchrun.yaml", "CKV_SPOT_5", "failed"),
+        ("job-multi-node-hosts-rendezvous.yaml", "CKV_SPOT_5", "failed"),
+        ("job-compliant.yaml", "CKV_SPOT_5", "passed"),  # the image's own entry point
     ],
 )
 def test_kubernetes_checks(fixture_results, fixture, check, outcome):

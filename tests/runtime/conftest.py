@@ -1,14 +1,20 @@
-"""Runtime fixtures: fresh buckets on the real local servers and a proxy in front of S3."""
+"""Runtime fixtures: fresh buckets on the real local servers, a proxy in front of S3, and a
+rendezvous store for multi-node runs."""
 
 from __future__ import annotations
 
 import signal
+import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 
 import boto3
 import pytest
-from spotsafe_harness import TcpProxy
+from spotsafe_harness import RendezvousStore, TcpProxy, with_bin_on_path
+
+from components.k8s.placement import STABLE
+from components.k8s.rendezvous import RendezvousStoreArgs, rendezvous_objects
 
 
 @pytest.fixture
@@ -42,3 +48,20 @@ def _sigterm_handler_restored() -> Iterator[None]:
     previous = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture
+def rendezvous() -> Iterator[RendezvousStore]:
+    """The team's rendezvous store, run as its Deployment runs it, on a free loopback port."""
+    [deployment, _] = rendezvous_objects(RendezvousStoreArgs("team-a", "image", STABLE))
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    port = command.index("--port") + 1
+    command = [*command[:port], "0", *command[port + 1 :], "--host", "127.0.0.1"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=with_bin_on_path())
+    endpoint = proc.stdout.readline().split()[-1]
+    host, port = endpoint.rsplit(":", 1)
+    socket.create_connection((host, int(port))).close()  # as the kubelet's TCP probe does
+    yield RendezvousStore(endpoint, proc)
+    if proc.poll() is None:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0

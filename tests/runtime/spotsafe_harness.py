@@ -1,4 +1,5 @@
-"""Test harness for the runtime: a real TCP proxy, trainer processes, direct bucket reads."""
+"""Test harness for the runtime: a real TCP proxy, trainer processes, direct bucket reads, the
+rendezvous store of multi-node runs."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
 import boto3
 from spotsafe.local_servers import LOCAL_AWS_ENV
 
 TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
+BIN = Path(sys.executable).parent  # spotsafe-run and python, as on the image's PATH
 _REQUEST_LINE = re.compile(rb"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/1")
 
 
@@ -126,3 +130,16 @@ def run_trainer(*args: str, env: dict[str, str] | None = None) -> tuple[int, dic
     out, err = proc.communicate(timeout=120)
     lines = out.strip().splitlines()
     return proc.returncode, json.loads(lines[-1]) if lines else None, err
+
+
+def with_bin_on_path() -> dict[str, str]:
+    """This environment, with the image's commands (python, spotsafe-run) first on PATH."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+@dataclass
+class RendezvousStore:
+    """A team's rendezvous store, as a process on loopback."""
+
+    endpoint: str
+    proc: subprocess.Popen

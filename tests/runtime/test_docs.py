@@ -201,6 +201,10 @@ def test_the_readme_loop_exits_75_on_sigterm_and_resumes_exactly(bucket: str, tm
 # ---- commands and the layout: checked against what they name --------------------------------
 
 
+# Commands that run another command, as torchrun does.
+LAUNCHERS = ("spotsafe-run",)
+
+
 def commands() -> list[str]:
     return [
         line.split("#")[0].strip()
@@ -223,15 +227,22 @@ def test_command_names_what_exists(command: str) -> None:
     if words[:2] == ["docker", "build"]:
         assert (REPO_ROOT / words[-1] / "Dockerfile").is_file()  # hadolint: test_dockerfile.py
         return
+    if words[0] in LAUNCHERS:
+        # The launcher's options end where the command it runs begins.
+        at = next(i for i, word in enumerate(words[1:], 1) if not word.startswith("-"))
+        assert_options_exist(command, [str(Path(sys.executable).parent / words[0])], words[1:at])
+        words = words[at:]
     if words[0] == "python":
-        program = [sys.executable, *words[1:3]]
-        flags = words[3:]
+        assert_options_exist(command, [sys.executable, *words[1:3]], words[3:])
     else:
         program = [str(Path(sys.executable).parent / Path(words[0]).name), words[1]]
-        flags = words[2:]
+        assert_options_exist(command, program, words[2:])
+
+
+def assert_options_exist(command: str, program: list[str], words: list[str]) -> None:
     helped = subprocess.run([*program, "--help"], capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0, helped.stderr
-    for flag in (w.strip("[]").split("=")[0] for w in flags if w.lstrip("[").startswith("--")):
+    for flag in (w.strip("[]").split("=")[0] for w in words if w.lstrip("[").startswith("--")):
         assert flag in helped.stdout, f"{command}: {flag} is not an option"
 
 

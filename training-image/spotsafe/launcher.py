@@ -1,0 +1,154 @@
+"""`spotsafe-run`: torchrun whose exit code tells a preemption from a failure.
+
+    spotsafe-run [torchrun arguments] -m module [module arguments]
+
+It takes torchrun's arguments and runs torchrun's elastic agent, with these differences:
+
+- It exits 75 ("preempted, resume me") when the ranks stopped for a preemption: on a SIGTERM to
+  the launcher (torchrun forwards it to the ranks, which make a final save, and then exits 1),
+  or when the ranks ended with 75 themselves. A Job's podFailurePolicy can then tell a
+  preemption from a failure by the exit code. Any other failure keeps its code: the first rank
+  that failed otherwise gives it (see `exit_code`).
+- SIGTERM is handled from the start, so a node preempted while its agent is still in the
+  rendezvous stops the same way.
+- A c10d rendezvous store hosted elsewhere (`is_host=false`) is waited for first, for up to
+  the rendezvous's join_timeout, while a SIGTERM still stops the launcher at once (torchrun's
+  own connect holds signals until it gives up). A store that never answers is one line on
+  stderr and exit 1: it is missing, or the endpoint is wrong.
+- It exits 75 too when the rendezvous store is lost after the ranks have run: torchrun then
+  stops the ranks with SIGTERM (they make a final save) and fails. Any other rendezvous error
+  (a rendezvous closed by a node that failed for good, a gang that never re-formed) is one
+  line on stderr and exit 1.
+- The ranks' own store is rebuilt at each rendezvous round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+  unless set). torchrun otherwise keeps it in the first round's rank-0 agent, and a replacement
+  node that joins a later round times out waiting for keys that agent never publishes again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+from spotsafe.preemption import EXIT_PREEMPTED
+
+log = logging.getLogger("spotsafe.launcher")
+
+
+def exit_code(exit_codes: list[int]) -> int:
+    """The launcher's exit code from its failed ranks' codes, in the order they failed.
+
+    When one rank ends, torchrun stops the others with SIGTERM; those are not causes. A rank
+    killed by signal N counts as 128 + N, as a shell reports it.
+    """
+    causes = [code for code in exit_codes if code not in (EXIT_PREEMPTED, -signal.SIGTERM)]
+    if not causes and EXIT_PREEMPTED in exit_codes:
+        return EXIT_PREEMPTED
+    code = (causes or exit_codes)[0]
+    return code if code > 0 else 128 - code
+
+
+def wait_for_store(host: str, port: int, timeout_s: float) -> bool:
+    """Whether the store at host:port accepts a connection within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    waiting = False
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+        if not waiting:
+            log.warning("no rendezvous store at %s:%d yet; waiting %.0f s", host, port, timeout_s)
+            waiting = True
+        time.sleep(1)
+
+
+def _external_store(args) -> tuple[str, int, int] | None:
+    """(host, port, join timeout) of a c10d store this agent does not host, else None."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    if args.standalone or args.rdzv_backend != "c10d":
+        return None
+    conf = dict(item.split("=", 1) for item in args.rdzv_conf.split(",") if "=" in item)
+    params = RendezvousParameters(args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, 1, 1, **conf)
+    if params.get_as_bool("is_host") is not False:
+        return None
+    host, port = parse_rendezvous_endpoint(args.rdzv_endpoint, default_port=29400)
+    return host, port, params.get_as_int("join_timeout", 600)
+
+
+class _RanksStarted:
+    """A torchelastic metric handler that learns whether this agent has started its ranks."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def emit(self, metric) -> None:
+        self.seen = self.seen or metric.name.endswith("._start_workers.success")
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Until torchrun's agent runs, no rank has started: a SIGTERM means "resume me", nothing
+    # more. SystemExit, which no library's `except Exception` (logging's, say) can swallow.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_PREEMPTED))
+    from torch.distributed.elastic import metrics
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousConnectionError, RendezvousError
+    from torch.distributed.run import parse_args, run
+
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+
+    store = _external_store(args)
+    if store and not wait_for_store(*store):
+        host, port, timeout_s = store
+        print(f"error: no rendezvous store at {host}:{port} in {timeout_s} s", file=sys.stderr)
+        return 1
+
+    def stop(signum: int, _frame: object) -> None:
+        sig = signal.Signals(signum)
+        raise SignalException(f"spotsafe-run got {sig.name}", sig)
+
+    # From here torchrun's agent turns a SIGTERM into a stop of its ranks.
+    signal.signal(signal.SIGTERM, stop)
+    started = _RanksStarted()
+    metrics.configure(started, group="torchelastic")
+    try:
+        run(args)
+    except SignalException as e:
+        if e.sigval != signal.SIGTERM:
+            log.error("stopped by %s", e.sigval.name)
+            return 128 + e.sigval
+        log.warning("SIGTERM: stopped for a preemption; exit %d", EXIT_PREEMPTED)
+        return EXIT_PREEMPTED
+    except ChildFailedError as e:
+        failed = sorted(e.failures.values(), key=lambda f: f.timestamp)
+        code = exit_code([f.exitcode for f in failed])
+        if code == EXIT_PREEMPTED:
+            log.warning("the ranks stopped for a preemption; exit %d", EXIT_PREEMPTED)
+        else:
+            print(e, file=sys.stderr)
+        return code
+    except RendezvousError as e:
+        # The cause (a socket timeout, say) says why; its C++ stack that follows does not.
+        cause = f" ({str(e.__cause__).splitlines()[0]})" if e.__cause__ else ""
+        if started.seen and isinstance(e, RendezvousConnectionError):
+            log.warning(
+                "rendezvous store lost%s: the ranks stopped; exit %d", cause, EXIT_PREEMPTED
+            )
+            return EXIT_PREEMPTED
+        print(f"error: rendezvous at {args.rdzv_endpoint} failed: {e}{cause}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
