@@ -43,7 +43,6 @@ from spotsafe.manifest import (
     Manifest,
     ObjectEntry,
     manifest_key,
-    sha256,
     step_of,
     step_prefix,
     verified,
@@ -92,13 +91,11 @@ class Checkpointer:
         self._pending: deque[tuple[int, Future]] = deque()
         self._last_failure: tuple[int, BaseException] | None = None
         self._staging: deque[dict[str, torch.Tensor]] = deque()  # free snapshot buffers
-        # One worker keeps saves (and the retention after each commit) in order; a second hashes
-        # while the first uploads. Both yield the CPU to training (see save_niceness).
-        self._executor, self._hasher = (
-            ThreadPoolExecutor(1, name, initializer=_lower_priority,
-                               initargs=(self.config.save_niceness,))
-            for name in ("spotsafe-save", "spotsafe-hash")
-        )  # fmt: skip
+        # One worker keeps saves (and the retention after each commit) in order. It, and the
+        # part uploads it starts, yield the CPU to training (see save_niceness).
+        self._executor = ThreadPoolExecutor(
+            1, "spotsafe-save", initializer=_lower_priority, initargs=(self.config.save_niceness,)
+        )
 
     def _claim_attempt(self) -> int | None:
         """Claim this writer's attempt id before anything is read, so that a zombie of an
@@ -265,17 +262,14 @@ class Checkpointer:
             self._reap()
 
     def _write(self, step: int, snap: dict[str, Any], staging: dict, started: float) -> None:
-        buffer = io.BytesIO()
-        try:
-            torch.save(snap, buffer)
-        finally:
-            del snap
-            self._staging.append(staging)  # serialised: the next snapshot may reuse it
-        data = buffer.getbuffer()
+        """Serialise straight into the upload's parts: no second full copy of the state."""
         key = f"attempt-{self.attempt}/{STATE_OBJECT}"
-        digest = self._hasher.submit(sha256, data)
-        self.store.put(step_prefix(step) + key, data)
-        entry = ObjectEntry(key, len(data), digest.result())
+        with self.store.writer(step_prefix(step) + key, state_mod.nbytes(snap)) as out:
+            try:
+                torch.save(snap, out)
+            finally:
+                self._staging.append(staging)  # serialised: the next snapshot may reuse it
+        entry = ObjectEntry(key, out.written.size, crc32c=out.written.crc32c)
         self.commit(Manifest(step, self.attempt, 1, "torch", [entry]))
         self._saved(started, time.monotonic() - started)
 
@@ -368,7 +362,6 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
-            self._hasher.shutdown(wait=True)
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotsafe.errors import CheckpointSaveError, CorruptCheckpointError, StateMismatchError
-from spotsafe.manifest import Manifest, ObjectEntry, sha256, step_prefix
+from spotsafe.manifest import Manifest, ObjectEntry, step_prefix
 
 if TYPE_CHECKING:
     from spotsafe.checkpointer import Checkpointer
@@ -34,9 +34,8 @@ def save(ckpt: Checkpointer, step: int, state: Mapping[str, Any]) -> None:
         prefix = f"attempt-{ckpt.attempt}/"
         entries = []
         for path in sorted(p for p in Path(staging).iterdir() if p.is_file()):
-            data = path.read_bytes()
-            ckpt.store.put(step_prefix(step) + prefix + path.name, data)
-            entries.append(ObjectEntry(prefix + path.name, len(data), sha256(data)))
+            written = ckpt.store.put_file(step_prefix(step) + prefix + path.name, path)
+            entries.append(ObjectEntry(prefix + path.name, written.size, crc32c=written.crc32c))
     gathered: list[list[ObjectEntry]] | None = [[] for _ in range(ckpt.world_size)]
     dist.gather_object(entries, gathered if ckpt.rank == 0 else None, dst=0)
     outcome: list[str | None] = [None]
