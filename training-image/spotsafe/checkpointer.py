@@ -12,6 +12,7 @@ ckpt.close()
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -84,6 +85,10 @@ class Checkpointer:
                 "different steps for a collective save; use every_steps"
             )
         self.attempt = self._claim_attempt()
+        if self.world_size > 1 and not self.config.read_only:
+            from spotsafe import sharded
+
+            self._sharded = sharded.ShardedSaves(self.config.max_in_flight)
         self.last_committed_step: int | None = None
         self.skipped: list[Skipped] = []
         self._durations: deque[float] = deque(maxlen=5)
@@ -243,22 +248,21 @@ class Checkpointer:
         self._reap()
         started = time.monotonic()
         self._last_save_started = started
+        while len(self._pending) >= self.config.max_in_flight:
+            self._wait_oldest()
         if self.world_size > 1:
             from spotsafe import sharded
 
-            sharded.save(self, step, state)
-            self._saved(started, time.monotonic() - started)
-            return
-        while len(self._pending) >= self.config.max_in_flight:
-            self._wait_oldest()
-        staging = self._staging.pop() if self._staging else {}
-        snap = state_mod.snapshot(state, staging)
-        metrics.blocked_duration.observe(time.monotonic() - started)
-        args = (step, snap, staging, started)
-        if self.config.async_save:
-            self._pending.append((step, self._executor.submit(self._write, *args)))
+            write = sharded.stage(self, step, state, started)
         else:
-            self._pending.append((step, _done(self._write, *args)))
+            staging = self._staging.pop() if self._staging else {}
+            snap = state_mod.snapshot(state, staging)
+            write = functools.partial(self._write, step, snap, staging, started)
+        metrics.blocked_duration.observe(time.monotonic() - started)
+        if self.config.async_save:
+            self._pending.append((step, self._executor.submit(write)))
+        else:
+            self._pending.append((step, _done(write)))
             self._reap()
 
     def _write(self, step: int, snap: dict[str, Any], staging: dict, started: float) -> None:
@@ -362,6 +366,8 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
+            if self.world_size > 1 and not self.config.read_only:
+                self._sharded.close()
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -388,11 +394,11 @@ class Checkpointer:
             raise error
 
 
-def _done(fn: Any, *args: Any) -> Future:
+def _done(fn: Any) -> Future:
     """Run fn now; a Future holding its outcome, so sync and async saves share one path."""
     future: Future = Future()
     try:
-        future.set_result(fn(*args))
+        future.set_result(fn())
     except Exception as e:  # noqa: BLE001 - handed to the caller through the future
         future.set_exception(e)
     return future
