@@ -7,6 +7,7 @@ AWS, to S3-compatible stores and to the local moto server.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 from collections.abc import Iterator
@@ -88,6 +89,15 @@ class _S3Upload:
             log.warning("could not abort the upload of %s: %s", self.key, e)
 
 
+@functools.cache
+def _session() -> boto3.session.Session:
+    """One per process: a client made from it reuses the service model it has loaded, which
+    otherwise costs every new Checkpointer (a resume, a reader) a noticeable fraction of a
+    second. Its retries leave the global RNG alone."""
+    isolate_botocore()
+    return boto3.session.Session()
+
+
 class S3Store(PartStore):
     def __init__(
         self, uri: str, bucket: str, prefix: str, max_attempts: int, connect_timeout_s: float
@@ -104,8 +114,7 @@ class S3Store(PartStore):
             # Uploads carry the CRC32C spotsafe computes once; the SDK adds no checksum of its own.
             request_checksum_calculation="when_required",
         )
-        isolate_botocore()
-        self.client = boto3.session.Session().client("s3", config=config)
+        self.client = _session().client("s3", config=config)
         self.endpoint = self.client.meta.endpoint_url
         self.pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, "spotsafe-part")
 
