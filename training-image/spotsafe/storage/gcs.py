@@ -1,7 +1,8 @@
 """The GCS API through google-cloud-storage (the `gcs` extra).
 
 Objects that fit one part go up in one request, larger ones as a resumable upload fed part by
-part (GCS takes a resumable upload's chunks in order, so one is in flight). Either way the
+part: GCS takes a resumable upload's chunks in order, so one is in flight (on a thread of its
+own, while the next part fills). Either way the
 client sends the CRC32C for GCS to check (metadata, or ``x-goog-hash`` with the last chunk) and
 compares it with the one GCS reports. The client honours STORAGE_EMULATOR_HOST, so the same code
 talks to GCS and to fake-gcs-server.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -97,6 +99,7 @@ class GCSStore(PartStore):
         # Exponential backoff bounded by a deadline that grows with the attempts allowed.
         self.retry = Retry(initial=0.2, maximum=5.0, multiplier=2.0, timeout=2.0 * max_attempts)
         self.timeout = (connect_timeout_s, 60)
+        self.pool = ThreadPoolExecutor(1, "spotsafe-gcs-part")  # one worker: chunks in order
 
     def _blob(self, key: str):
         return self.bucket.blob(self.prefix + key)
@@ -140,7 +143,7 @@ class GCSStore(PartStore):
 
     def writer(self, key: str, size_hint: int = 0) -> PartWriter:
         part_size = part_size_for(size_hint)
-        return PartWriter(_GCSUpload(self, key, part_size), part_size, pool=None)
+        return PartWriter(_GCSUpload(self, key, part_size), part_size, self.pool, in_flight=1)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         from google.api_core.exceptions import PreconditionFailed

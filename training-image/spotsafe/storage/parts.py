@@ -86,8 +86,9 @@ class PartWriter:
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         view = memoryview(data).cast("B")
+        count = len(view)
         self._crc = checksum.extend(self._crc, view)
-        self._size += len(view)
+        self._size += count
         while view:
             if self._buffer is None:
                 self._buffer, self._filled = self._free_buffer(), 0
@@ -98,7 +99,7 @@ class PartWriter:
             if self._filled == self._part_size:
                 self._send(self._buffer)
                 self._buffer = None
-        return self._size
+        return count
 
     def flush(self) -> None:
         """Nothing to do: parts leave as they fill."""
