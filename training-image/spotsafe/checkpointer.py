@@ -85,6 +85,7 @@ class Checkpointer:
                 "different steps for a collective save; use every_steps"
             )
         self.attempt = self._claim_attempt()
+        self._sharded = None  # what sharded saves share, for a writer of several ranks
         if self.world_size > 1 and not self.config.read_only:
             from spotsafe import sharded
 
@@ -366,7 +367,7 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
-            if self.world_size > 1 and not self.config.read_only:
+            if self._sharded is not None:
                 self._sharded.close()
 
     def __enter__(self) -> Checkpointer:

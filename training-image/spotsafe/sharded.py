@@ -93,8 +93,7 @@ def _write(ckpt: Checkpointer, step: int, staged: dict, stager: Any, started: fl
                 writer = dcp.FileSystemWriter(local, sync_files=False)  # uploaded next, then gone
                 dcp.save(staged, storage_writer=writer, process_group=saves.group)
             finally:
-                del staged
-                saves.give_back(stager)
+                saves.give_back(stager)  # written out: the next save may stage into it
             prefix = f"attempt-{ckpt.attempt}/"
             for path in sorted(p for p in Path(local).iterdir() if p.is_file()):
                 written = ckpt.store.put_file(step_prefix(step) + prefix + path.name, path)
