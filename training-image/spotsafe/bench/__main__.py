@@ -32,7 +32,10 @@ FAST = {"sweep_mb": [13, 26], "sharded_mb": 8, "size": "small"}
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    plan = FAST if args.fast else FULL
+    plan = {
+        **(FAST if args.fast else FULL),
+        **({"sweep_mb": args.sweep_mb} if args.sweep_mb else {}),
+    }
     torch.set_num_threads(1)
     boto3.client("s3").create_bucket(Bucket=saves.BUCKET)
     sweep = []
@@ -68,6 +71,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         },  # fmt: skip
         "sharded": sharded.measure(plan["sharded_mb"] * MB, args.repeats),
     }
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = [int(mb) for mb in text.split(",")]
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("two or more sizes in MB, e.g. 100,500")
+    return sizes
 
 
 def _verdict(ok: bool) -> str:
@@ -127,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure")
     p.add_argument("--rounds", type=int, default=5, help="saves timed for the step overhead")
     p.add_argument("--save-every-s", type=float, default=10.0)
+    p.add_argument("--sweep-mb", type=_sizes, help="the sweep's state sizes, e.g. 100,500,2000")
     p.add_argument("--device", default="cpu", help="where the sweep's and trainer's state live")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.rounds < 1:
