@@ -111,8 +111,11 @@ class S3Store(PartStore):
             connect_timeout=connect_timeout_s,
             read_timeout=60,
             max_pool_connections=16,
-            # Uploads carry the CRC32C spotsafe computes once; the SDK adds no checksum of its own.
+            # Uploads carry the CRC32C spotsafe computes once and S3 checks; the SDK adds no
+            # checksum of its own, nor a SHA-256 of every body for the signature (the CRC32C
+            # already guards the bytes; TLS, the connection).
             request_checksum_calculation="when_required",
+            s3={"payload_signing_enabled": False},
         )
         self.client = _session().client("s3", config=config)
         self.endpoint = self.client.meta.endpoint_url
