@@ -21,6 +21,7 @@ from spotsafe.local_servers import LOCAL_AWS_ENV
 TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
 BIN = Path(sys.executable).parent  # spotsafe-run and python, as on the image's PATH
 _REQUEST_LINE = re.compile(rb"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/1")
+_CRC32C_HEADER = re.compile(rb"(?i)x-amz-checksum-crc32c: (\S+)")
 
 
 class TcpProxy:
@@ -28,7 +29,8 @@ class TcpProxy:
 
     Down: open connections are cut and new ones closed at once, as when a storage endpoint
     becomes unreachable. Clearing ``flowing`` holds every transfer where it is. Every HTTP
-    request line that passes is recorded.
+    request line that passes is recorded. ``cut`` drops chosen requests (the client retries
+    them); ``corrupt_next_body`` flips one byte of the next request body in transit.
     """
 
     def __init__(self, upstream_url: str) -> None:
@@ -41,6 +43,10 @@ class TcpProxy:
         self.flowing = threading.Event()  # cleared: traffic is held mid-stream
         self.flowing.set()
         self.requests: list[str] = []
+        self.cut_requests: list[str] = []
+        self.crc32c_headers: list[str] = []  # values of x-amz-checksum-crc32c sent
+        self._cut_pattern, self._cuts_left = "", 0
+        self._corrupt_pending = False
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -64,9 +70,13 @@ class TcpProxy:
         try:
             while self.up and (data := src.recv(16384)):
                 if record:
-                    lines = [m[1] + b" " + m[2] for m in _REQUEST_LINE.finditer(data)]
+                    lines = [(m[1] + b" " + m[2]).decode() for m in _REQUEST_LINE.finditer(data)]
                     with self._lock:
-                        self.requests += [line.decode() for line in lines]
+                        self.requests += lines
+                        self.crc32c_headers += [v.decode() for v in _CRC32C_HEADER.findall(data)]
+                        if self._cutting(lines):
+                            break
+                        data = self._maybe_corrupted(data, lines)
                 time.sleep(self.chunk_delay_s)
                 self.flowing.wait()
                 dst.sendall(data)
@@ -76,6 +86,30 @@ class TcpProxy:
             with self._lock:
                 self._open.discard(s)
             s.close()
+
+    def cut(self, pattern: str, times: int) -> None:
+        """Drop the connection of the next `times` requests whose line matches pattern, before
+        the server sees them: the client gets a reset connection and retries."""
+        with self._lock:
+            self._cut_pattern, self._cuts_left = pattern, times
+
+    def _cutting(self, lines: list[str]) -> bool:
+        hit = [line for line in lines if self._cuts_left and re.search(self._cut_pattern, line)]
+        if hit:
+            self._cuts_left -= 1
+            self.cut_requests.append(hit[0])
+        return bool(hit)
+
+    def corrupt_next_body(self) -> None:
+        """Flip one byte in the body of the next request that has a body of over 1 kB."""
+        self._corrupt_pending = True
+
+    def _maybe_corrupted(self, data: bytes, lines: list[str]) -> bytes:
+        if not self._corrupt_pending or lines or len(data) < 1024:
+            return data
+        self._corrupt_pending = False
+        middle = len(data) // 2
+        return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
 
     def down(self) -> None:
         self.up = False

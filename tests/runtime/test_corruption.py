@@ -3,6 +3,7 @@ the damage, never loads it, and ends bitwise-identical to an uninterrupted run."
 
 from __future__ import annotations
 
+import hashlib
 import json
 from urllib.parse import urlparse
 
@@ -79,3 +80,30 @@ def test_newer_manifest_format_is_refused_with_a_clear_error(s3_uri: str) -> Non
     assert "format version 99" in err and "Traceback" not in err
     # Refusing lost nothing: both checkpoints are still there.
     assert {"step-10/manifest.json", "step-20/manifest.json"} <= set(s3_keys(s3_uri))
+
+
+def _as_format_1(uri: str, step: int, digest=lambda data: hashlib.sha256(data).hexdigest()) -> None:
+    """Rewrite a manifest as format 1 wrote it: a sha256 per object, no crc32c."""
+    manifest = _object(uri, f"step-{step}/manifest.json")
+    raw = json.loads(manifest.get()["Body"].read())
+    for entry in raw["objects"]:
+        del entry["crc32c"]
+        entry["sha256"] = digest(_object(uri, f"step-{step}/{entry['key']}").get()["Body"].read())
+    manifest.put(Body=json.dumps({**raw, "format_version": 1}).encode())
+
+
+def test_format_1_manifests_are_still_read_and_verified(s3_uri: str, tmp_path) -> None:
+    reference = _train(f"file://{tmp_path}/reference", 40)
+    _train(s3_uri, 30)
+    assert (
+        json.loads(_object(s3_uri, "step-30/manifest.json").get()["Body"].read())["format_version"]
+        == 2
+    )
+    _as_format_1(s3_uri, 20)
+    _as_format_1(s3_uri, 30, digest=lambda data: hashlib.sha256(data + b"x").hexdigest())
+
+    resumed = _train(s3_uri, 40)
+    assert resumed["resumed_from"] == 20  # step 30's sha256 does not match: skipped
+    assert [s["step"] for s in resumed["skipped"]] == [30]
+    assert "sha256" in resumed["skipped"][0]["reason"]
+    assert resumed["weights_sha256"] == reference["weights_sha256"]

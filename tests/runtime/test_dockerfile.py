@@ -46,7 +46,14 @@ def test_image_installs_what_the_package_declares() -> None:
         for line in (DOCKERFILE.parent / "requirements.txt").read_text().splitlines()
         if "==" in line
     }
-    assert pinned == {"boto3", "numpy", "prometheus-client", "google-cloud-storage", "torchdata"}
+    assert pinned == {
+        "boto3",
+        "google-crc32c",
+        "numpy",
+        "prometheus-client",
+        "google-cloud-storage",
+        "torchdata",
+    }
     declared = (DOCKERFILE.parent / "pyproject.toml").read_text()
     assert all(f'"{name}>=' in declared for name in pinned)
 

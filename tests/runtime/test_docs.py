@@ -8,6 +8,7 @@ which defines the names it takes as given, and nothing else."""
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shlex
 import signal
@@ -234,6 +235,10 @@ def test_command_names_what_exists(command: str) -> None:
         words = words[at:]
     if words[0] == "python":
         assert_options_exist(command, [sys.executable, *words[1:3]], words[3:])
+    elif "/" in words[0] and not words[0].startswith(".venv/"):  # a script of the repository's
+        script = REPO_ROOT / words[0]
+        assert script.is_file() and os.access(script, os.X_OK), f"{command}: not an executable"
+        assert_options_exist(command, [str(script)], words[1:])
     else:
         program = [str(Path(sys.executable).parent / Path(words[0]).name), words[1]]
         assert_options_exist(command, program, words[2:])

@@ -38,12 +38,36 @@ RANK_SAVE = textwrap.dedent(
 )
 
 
-def test_two_ranks_save_one_process_resumes_resharded(s3_uri: str) -> None:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "WORLD_SIZE": "2"}  # fmt: skip
+# A save returns once the shard is staged; training changes the weight while it uploads.
+RANK_ASYNC_SAVE = textwrap.dedent(
+    """
+    import sys, torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from spotsafe import Checkpointer, Extras
+
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    weight = distribute_tensor(torch.ones(256, 1024), mesh, [Shard(0)])
+    ckpt = Checkpointer(sys.argv[1])
+    ckpt.save(1, {"model": Extras(weight=weight)})
+    in_flight = ckpt.in_flight
+    weight.to_local().add_(1)  # the next training step, while the save uploads
+    ckpt.close()
+    print(in_flight, ckpt.last_committed_step, flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def _ranks(script: str, uri: str, env: dict[str, str] | None = None) -> list[str]:
+    """Run script on two gloo ranks; their stdout."""
+    env = {**os.environ, **(env or {}), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}  # fmt: skip
     ranks = [
         subprocess.Popen(
-            [sys.executable, "-c", RANK_SAVE, s3_uri],
+            [sys.executable, "-c", script, uri],
             env={**env, "RANK": str(rank)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -53,8 +77,23 @@ def test_two_ranks_save_one_process_resumes_resharded(s3_uri: str) -> None:
     ]
     outputs = [proc.communicate(timeout=120) for proc in ranks]
     assert [proc.returncode for proc in ranks] == [0, 0], outputs
+    return [out for out, _ in outputs]
+
+
+def test_a_sharded_save_blocks_only_for_staging(s3_uri: str, proxy) -> None:
+    proxy.chunk_delay_s = 0.005  # the upload takes seconds; staging a shard, milliseconds
+    outputs = _ranks(RANK_ASYNC_SAVE, s3_uri, {"AWS_ENDPOINT_URL": proxy.url})
+    # save() returned with the save still in flight on both ranks; close() saw it committed.
+    assert [out.split() for out in outputs] == [["1", "1"], ["1", "None"]]
+    state = {"model": Extras(weight=torch.zeros(256, 1024))}
+    assert Checkpointer(s3_uri, read_only=True).restore(state) == 1
+    assert torch.equal(state["model"]["weight"], torch.ones(256, 1024)), "not the staged values"
+
+
+def test_two_ranks_save_one_process_resumes_resharded(s3_uri: str) -> None:
+    outputs = _ranks(RANK_SAVE, s3_uri)
     # Each rank held half the rows; both used the single attempt id rank 0 claimed.
-    assert [out.split() for out, _ in outputs] == [["4", "1"], ["4", "1"]]
+    assert [out.split() for out in outputs] == [["4", "1"], ["4", "1"]]
 
     manifest_keys = [k for k in s3_keys(s3_uri) if k.endswith("manifest.json")]
     assert manifest_keys == ["step-10/manifest.json", "step-5/manifest.json"]

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import time
+import tracemalloc
+import uuid
+from urllib.parse import urlparse
 
+import boto3
 import pytest
+from spotsafe import checksum
 from spotsafe.errors import (
     BucketNotFoundError,
     InvalidURIError,
     ObjectMissingError,
+    StorageError,
     StorageUnreachableError,
 )
 from spotsafe.storage import open_store
+from spotsafe.storage.parts import PART_SIZE, Written
+from spotsafe.storage.s3 import PARTS_IN_FLIGHT
+from spotsafe_harness import TcpProxy
 
 BIG = bytes(range(256)) * (80 * 1024)  # 20 MiB: multipart on S3
 
@@ -74,3 +83,71 @@ def test_unreachable_endpoint_fails_after_bounded_retries_naming_it(
     with pytest.raises(StorageUnreachableError, match=f"{proxy.url}.*after 3 attempts"):
         open_store("s3://bucket/run", max_attempts=3).list()
     assert time.monotonic() - started < 30
+
+
+def test_put_reports_the_size_and_crc32c_it_stored(uri: str) -> None:
+    store = open_store(uri)
+    assert store.put("step-1/big.bin", BIG) == Written(len(BIG), checksum.crc32c(BIG))
+    assert store.put("step-1/empty.bin", b"") == Written(0, checksum.crc32c(b""))
+    assert store.get("step-1/empty.bin") == b""
+
+
+def test_a_write_that_fails_midway_stores_nothing(uri: str) -> None:
+    store = open_store(uri)
+    with pytest.raises(RuntimeError, match="serialiser failed"), store.writer("step-1/x") as out:
+        out.write(BIG)  # several parts are on their way already
+        raise RuntimeError("serialiser failed")
+    assert store.list("step-") == []
+    if uri.startswith("s3://"):  # and no unfinished multipart upload is left behind
+        bucket = urlparse(uri).netloc
+        assert "Uploads" not in boto3.client("s3").list_multipart_uploads(Bucket=bucket)
+
+
+def test_every_s3_request_carries_the_crc32c_s3_checks(
+    s3_uri: str, proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    store = open_store(s3_uri)
+    store.put("step-1/big.bin", BIG)  # 20 MiB: parts of 8, 8 and 4 MiB
+    parts = [BIG[i : i + PART_SIZE] for i in range(0, len(BIG), PART_SIZE)]
+    # One per part, checked as it arrives, then the whole object's, checked on completion.
+    assert sorted(proxy.crc32c_headers) == sorted(
+        [checksum.crc32c(p) for p in parts] + [checksum.crc32c(BIG)]
+    )
+    proxy.crc32c_headers.clear()
+    store.put("step-1/small.bin", b"x" * 1000)
+    assert proxy.crc32c_headers == [checksum.crc32c(b"x" * 1000)]
+
+
+def test_a_write_holds_a_bounded_number_of_parts_in_memory(s3_uri: str) -> None:
+    store = open_store(s3_uri)
+    piece = bytes(1 << 20)
+    tracemalloc.start()
+    try:
+        with store.writer("step-1/state.pt") as out:
+            for _ in range(96):  # 96 MiB, written the way torch.save writes: piece by piece
+                out.write(piece)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.written.size == 96 << 20
+    assert peak < (PARTS_IN_FLIGHT + 2) * PART_SIZE, f"peak {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("size", [100_000, len(BIG)], ids=["one-request", "resumable"])
+def test_gcs_refuses_an_upload_whose_bytes_were_changed_in_transit(
+    gcs_endpoint: str, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    from google.cloud import storage
+
+    proxy = TcpProxy(gcs_endpoint)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    storage.Client().create_bucket(bucket)
+    store = open_store(f"gs://{bucket}/run")
+    proxy.corrupt_next_body()
+    with pytest.raises(StorageError, match="refused, its checksum does not match"):
+        store.put("step-1/state.pt", BIG[:size])
+    assert not proxy._corrupt_pending, "no body was corrupted"
+    assert store.list("step-") == []
+    proxy.close()

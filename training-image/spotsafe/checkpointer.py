@@ -18,6 +18,7 @@ content it is durable as it stands; with other content it raises StepCommittedEr
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import math
@@ -32,7 +33,7 @@ from typing import Any
 
 import torch
 
-from spotsafe import metrics
+from spotsafe import checksum, metrics
 from spotsafe import state as state_mod
 from spotsafe.config import CheckpointConfig
 from spotsafe.errors import (
@@ -52,7 +53,6 @@ from spotsafe.manifest import (
     ObjectEntry,
     describes,
     manifest_key,
-    sha256,
     step_of,
     step_prefix,
     verified,
@@ -94,6 +94,11 @@ class Checkpointer:
                 "different steps for a collective save; use every_steps"
             )
         self.attempt = self._claim_attempt()
+        self._sharded = None  # what sharded saves share, for a writer of several ranks
+        if self.world_size > 1 and not self.config.read_only:
+            from spotsafe import sharded
+
+            self._sharded = sharded.ShardedSaves(self.config.max_in_flight)
         self.last_committed_step: int | None = None
         self.last_saved_step: int | None = None
         """The step of the newest save started (or restored): the one the loop need not repeat."""
@@ -108,13 +113,11 @@ class Checkpointer:
         self._pending: deque[tuple[int, Future]] = deque()
         self._last_failure: tuple[int, BaseException] | None = None
         self._staging: deque[dict[str, torch.Tensor]] = deque()  # free snapshot buffers
-        # One worker keeps saves (and the retention after each commit) in order; a second hashes
-        # while the first uploads. Both yield the CPU to training (see save_niceness).
-        self._executor, self._hasher = (
-            ThreadPoolExecutor(1, name, initializer=_lower_priority,
-                               initargs=(self.config.save_niceness,))
-            for name in ("spotsafe-save", "spotsafe-hash")
-        )  # fmt: skip
+        # One worker keeps saves (and the retention after each commit) in order. It, and the
+        # part uploads it starts, yield the CPU to training (see save_niceness).
+        self._executor = ThreadPoolExecutor(
+            1, "spotsafe-save", initializer=_lower_priority, initargs=(self.config.save_niceness,)
+        )
 
     def _claim_attempt(self) -> int | None:
         """Claim this writer's attempt id before anything is read, so that a zombie of an
@@ -288,59 +291,60 @@ class Checkpointer:
         if self.config.read_only:
             raise ConfigError(f"this Checkpointer of {self.uri} is read_only; it cannot save")
         self._reap()
-        if self.world_size > 1 and step in self._committed:
+        if self.world_size > 1 and (step in self._committed or step == self.last_saved_step):
             # DCP metadata carries a fresh save id each time: there is no content to compare.
             raise StepCommittedError(
-                f"step {step} is already committed at {self.uri}; a sharded save of a "
-                "committed step is refused before anything is written"
+                f"step {step} is already saved (committed or in flight) at {self.uri}; a sharded "
+                "save of a saved step is refused before anything is written"
             )
         started = time.monotonic()
         self._last_save_started = started
         if self.last_saved_step is not None and step > self.last_saved_step:
             metrics.save_interval_steps.set(step - self.last_saved_step)
         self.last_saved_step = step
+        while len(self._pending) >= self.config.max_in_flight:
+            self._wait_oldest()
         if self.world_size > 1:
             from spotsafe import sharded
 
-            sharded.save(self, step, state)
-            self._committed.setdefault(step, [])
-            self._saved(started, time.monotonic() - started)
-            return
-        while len(self._pending) >= self.config.max_in_flight:
-            self._wait_oldest()
-        staging = self._staging.pop() if self._staging else {}
-        snap = state_mod.snapshot(state, staging)
-        metrics.blocked_duration.observe(time.monotonic() - started)
-        args = (step, snap, staging, started)
-        if self.config.async_save:
-            self._pending.append((step, self._executor.submit(self._write, *args)))
+            write = sharded.stage(self, step, state, started)
         else:
-            self._pending.append((step, _done(self._write, *args)))
+            staging = self._staging.pop() if self._staging else {}
+            snap = state_mod.snapshot(state, staging)
+            write = functools.partial(self._write, step, snap, staging, started)
+        metrics.blocked_duration.observe(time.monotonic() - started)
+        if self.config.async_save:
+            self._pending.append((step, self._executor.submit(write)))
+        else:
+            self._pending.append((step, _done(write)))
             self._reap()
 
     def _write(self, step: int, snap: dict[str, Any], staging: dict, started: float) -> None:
-        buffer = io.BytesIO()
-        try:
-            torch.save(snap, buffer)
-        finally:
-            del snap
-            self._staging.append(staging)  # serialised: the next snapshot may reuse it
-        data = buffer.getbuffer()
+        """Serialise straight into the upload's parts: no second full copy of the state. A step
+        this process committed already is only measured, never written again."""
         if step in self._committed:
-            self._confirm_unchanged(step, data)
+            fingerprint = checksum.Fingerprint()
+            try:
+                torch.save(snap, fingerprint)
+            finally:
+                self._staging.append(staging)
+            self._confirm_unchanged(step, fingerprint.size, fingerprint.crc32c)
             return
         key = f"attempt-{self.attempt}/{STATE_OBJECT}"
-        digest = self._hasher.submit(sha256, data)
-        self.store.put(step_prefix(step) + key, data)
-        entry = ObjectEntry(key, len(data), digest.result())
+        with self.store.writer(step_prefix(step) + key, state_mod.nbytes(snap)) as out:
+            try:
+                torch.save(snap, out)
+            finally:
+                self._staging.append(staging)  # serialised: the next snapshot may reuse it
+        entry = ObjectEntry(key, out.written.size, crc32c=out.written.crc32c)
         self.commit(Manifest(step, self.attempt, 1, "torch", [entry]))
         self._saved(started, time.monotonic() - started)
 
-    def _confirm_unchanged(self, step: int, data: memoryview) -> None:
+    def _confirm_unchanged(self, step: int, size: int, crc32c: str) -> None:
         """A save of a step that is committed already: nothing is written. The same content is
         durable as it stands; other content is refused, since committed objects never change."""
         committed = self._committed[step]
-        if len(committed) == 1 and describes(committed[0], data):
+        if len(committed) == 1 and describes(committed[0], size, crc32c):
             log.info("step %d is already committed with the same content; nothing to write", step)
             return
         raise StepCommittedError(
@@ -438,7 +442,8 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
-            self._hasher.shutdown(wait=True)
+            if self._sharded is not None:
+                self._sharded.close()
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -465,11 +470,11 @@ class Checkpointer:
             raise error
 
 
-def _done(fn: Any, *args: Any) -> Future:
+def _done(fn: Any) -> Future:
     """Run fn now; a Future holding its outcome, so sync and async saves share one path."""
     future: Future = Future()
     try:
-        future.set_result(fn(*args))
+        future.set_result(fn())
     except Exception as e:  # noqa: BLE001 - handed to the caller through the future
         future.set_exception(e)
     return future

@@ -75,7 +75,11 @@ def s3_server(niceness: int = 0) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # never hide what ended the block
+            proc.kill()
+            proc.wait()
 
 
 @contextmanager

@@ -15,9 +15,12 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
+from spotsafe import checksum
 from spotsafe.errors import CorruptCheckpointError, ManifestFormatError
 
-FORMAT_VERSION = 1
+# 2: objects carry a CRC32C, the checksum the storage service checked on upload. 1 (still read):
+# a sha256 per object.
+FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 _STEP_KEY = re.compile(r"^step-(\d+)/")
 
@@ -36,15 +39,15 @@ def step_of(key: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def sha256(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 @dataclass(frozen=True)
 class ObjectEntry:
     key: str  # relative to the checkpoint's step prefix
     size: int
-    sha256: str
+    crc32c: str | None = None  # base64, as S3 and GCS show it
+    sha256: str | None = None  # hex; format 1 only
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
+        raw = {**asdict(self), "objects": [o.to_dict() for o in self.objects]}
+        return json.dumps(raw, indent=1, sort_keys=True).encode()
 
     @property
     def total_bytes(self) -> int:
@@ -83,9 +87,10 @@ class Manifest:
             raise CorruptCheckpointError(f"manifest {where} is malformed: {e}") from e
 
 
-def describes(entry: ObjectEntry, data: bytes | memoryview) -> bool:
-    """Whether data is the very object the manifest entry lists (same size and checksum)."""
-    return len(data) == entry.size and sha256(data) == entry.sha256
+def describes(entry: ObjectEntry, size: int, crc32c: str) -> bool:
+    """Whether an object of this size and CRC32C is the very one the manifest entry lists. An
+    entry of format 1 carries a sha256 only: it cannot be matched, so it never is."""
+    return size == entry.size and crc32c == entry.crc32c
 
 
 def verified(entry: ObjectEntry, data: bytes, where: str) -> bytes:
@@ -94,6 +99,12 @@ def verified(entry: ObjectEntry, data: bytes, where: str) -> bytes:
         raise CorruptCheckpointError(
             f"{where} is {len(data)} bytes but its manifest says {entry.size} (truncated?)"
         )
-    if sha256(data) != entry.sha256:
-        raise CorruptCheckpointError(f"{where} fails its sha256 checksum")
+    if entry.crc32c is not None:
+        if checksum.crc32c(data) != entry.crc32c:
+            raise CorruptCheckpointError(f"{where} fails its crc32c checksum")
+    elif entry.sha256 is not None:
+        if hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise CorruptCheckpointError(f"{where} fails its sha256 checksum")
+    else:
+        raise CorruptCheckpointError(f"{where} has no checksum in its manifest")
     return data

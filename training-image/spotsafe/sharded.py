@@ -1,54 +1,122 @@
 """Sharded state through torch.distributed.checkpoint, under the same manifest and commit.
 
-Every rank stages its shard with DCP's FileSystemWriter on local disk (the fast tier), uploads
-it under ``step-<N>/attempt-<A>/``, and reports sizes and checksums to rank 0. That report is
-a collective, so once rank 0 has every rank's list, every shard is durable; only then does rank
-0 commit the manifest, create-only and fenced. Resume downloads and verifies every object, then
-lets DCP reshard them onto whatever world size is loading (one process included).
+A save blocks training only while every rank copies its shard into host staging buffers (DCP's
+``DefaultStager``, buffers reused from save to save, pinned when CUDA is present): one staged
+copy of the rank's shard per save in flight. The rest runs on the Checkpointer's save thread,
+on a process group of its own so it never meets the training's collectives: DCP writes the
+staged shard with ``FileSystemWriter`` on local disk (the fast tier), each file is streamed to
+``step-<N>/attempt-<A>/`` with its CRC32C, and every rank reports its objects (or its failure)
+to rank 0. That report is a collective, so once rank 0 has every rank's list, every shard is
+durable; only then does rank 0 commit the manifest, create-only and fenced, and tell every rank
+the outcome. Resume downloads and verifies every object, then lets DCP reshard them onto
+whatever world size is loading (one process included).
 
-Saves here are collective and synchronous: every rank calls save() at the same step (use
-``every_steps``; the step-boundary agreement in spotsafe.agreement is where a stop step is
-agreed), and training resumes once the commit is decided.
+Every rank calls save() at the same step (use ``every_steps``; the step-boundary agreement in
+spotsafe.agreement is where a stop step is agreed); a save waits for a free in-flight slot on
+every rank alike, and is never skipped on one rank alone.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotsafe.errors import CheckpointSaveError, CorruptCheckpointError, StateMismatchError
-from spotsafe.manifest import Manifest, ObjectEntry, sha256, step_prefix
+from spotsafe.manifest import Manifest, ObjectEntry, step_prefix
 
 if TYPE_CHECKING:
     from spotsafe.checkpointer import Checkpointer
 
 
-def save(ckpt: Checkpointer, step: int, state: Mapping[str, Any]) -> None:
+class ShardedSaves:
+    """What background sharded saves share: their process group and one stager per slot."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+        self.group = dist.new_group(backend="gloo")  # collective: every rank builds its own
+        cuda = torch.cuda.is_available()
+        options = StagingOptions(
+            use_pinned_memory=cuda,
+            use_shared_memory=False,
+            use_async_staging=False,
+            use_non_blocking_copy=cuda,
+        )
+        self._free = [DefaultStager(options) for _ in range(max_in_flight)]
+        self._stagers = list(self._free)
+        self._lock = threading.Lock()
+
+    def take(self) -> Any:
+        with self._lock:  # a slot is free: the caller waited for one
+            return self._free.pop()
+
+    def give_back(self, stager: Any) -> None:
+        with self._lock:
+            self._free.append(stager)
+
+    def close(self) -> None:
+        for stager in self._stagers:
+            stager.close()
+
+
+def stage(
+    ckpt: Checkpointer, step: int, state: Mapping[str, Any], started: float
+) -> Callable[[], None]:
+    """Copy this rank's shard to host memory now; return the rest of the save, to run on the
+    save thread."""
+    saves: ShardedSaves = ckpt._sharded
+    stager = saves.take()
+    try:
+        staged = stager.stage({key: obj.state_dict() for key, obj in state.items()})
+    except BaseException:
+        saves.give_back(stager)
+        raise
+    return lambda: _write(ckpt, step, staged, stager, started)
+
+
+def _write(ckpt: Checkpointer, step: int, staged: dict, stager: Any, started: float) -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    with tempfile.TemporaryDirectory(prefix=f"spotsafe-step-{step}-") as staging:
-        dcp.save(dict(state), storage_writer=dcp.FileSystemWriter(staging))
-        prefix = f"attempt-{ckpt.attempt}/"
-        entries = []
-        for path in sorted(p for p in Path(staging).iterdir() if p.is_file()):
-            data = path.read_bytes()
-            ckpt.store.put(step_prefix(step) + prefix + path.name, data)
-            entries.append(ObjectEntry(prefix + path.name, len(data), sha256(data)))
-    gathered: list[list[ObjectEntry]] | None = [[] for _ in range(ckpt.world_size)]
-    dist.gather_object(entries, gathered if ckpt.rank == 0 else None, dst=0)
+    saves: ShardedSaves = ckpt._sharded
+    entries: list[ObjectEntry] = []
+    problem = None
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"spotsafe-step-{step}-") as local:
+            try:
+                writer = dcp.FileSystemWriter(local, sync_files=False)  # uploaded next, then gone
+                dcp.save(staged, storage_writer=writer, process_group=saves.group)
+            finally:
+                saves.give_back(stager)  # written out: the next save may stage into it
+            prefix = f"attempt-{ckpt.attempt}/"
+            for path in sorted(p for p in Path(local).iterdir() if p.is_file()):
+                written = ckpt.store.put_file(step_prefix(step) + prefix + path.name, path)
+                entries.append(ObjectEntry(prefix + path.name, written.size, written.crc32c))
+    except Exception as e:  # noqa: BLE001 - every rank must learn of it, then raise
+        problem = f"rank {ckpt.rank}: {type(e).__name__}: {e}"
+    gathered: list | None = [None] * ckpt.world_size if ckpt.rank == 0 else None
+    dist.gather_object((entries, problem), gathered, dst=0, group=saves.group)
     outcome: list[str | None] = [None]
     if ckpt.rank == 0:
-        objects = [entry for rank_entries in gathered for entry in rank_entries]
+        problems = [p for _, p in gathered if p]
         try:
+            if problems:
+                raise CheckpointSaveError("; ".join(problems))
+            objects = [entry for rank_entries, _ in gathered for entry in rank_entries]
             ckpt.commit(Manifest(step, ckpt.attempt, ckpt.world_size, "dcp", objects))
         except Exception as e:  # noqa: BLE001 - every rank must learn the outcome, then raise
             outcome[0] = f"{type(e).__name__}: {e}"
-    dist.broadcast_object_list(outcome, src=0)
+    dist.broadcast_object_list(outcome, src=0, group=saves.group)
     if outcome[0] is not None:
         raise CheckpointSaveError(f"sharded checkpoint at step {step} failed: {outcome[0]}")
+    ckpt._committed.setdefault(step, [])  # rank 0 knows the objects; the others the step
+    ckpt._saved(started, time.monotonic() - started)
 
 
 def load_into(ckpt: Checkpointer, manifest: Manifest, state: Mapping[str, Any]) -> None:

@@ -161,6 +161,17 @@ def snapshot(
     return snap
 
 
+def nbytes(value: Any) -> int:
+    """Bytes of the tensors in a (nested) snapshot."""
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(nbytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(nbytes(v) for v in value)
+    return 0
+
+
 def load(state: Mapping[str, Any], saved: Mapping[str, Any], where: str) -> None:
     """Load saved state dicts into the live objects; StateMismatchError when they do not fit."""
     live = _stateful_items(state)

@@ -52,6 +52,7 @@ class TrainConfig:
     every_steps: int = 10
     seed: int = 0
     size: str = "small"
+    device: str = "cpu"
 
 
 def build_model(size: str) -> nn.Module:
@@ -118,13 +119,13 @@ def make_state(cfg: TrainConfig) -> tuple[nn.Module, dict[str, Any]]:
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
-    model = build_model(cfg.size)  # the same seed on every rank: the same initial weights
+    model = build_model(cfg.size).to(cfg.device)  # the same seed on every rank: same weights
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = {
         "model": model,
         "optim": OptimizerState(model, optim),
         "sched": torch.optim.lr_scheduler.StepLR(optim, step_size=50, gamma=0.5),
-        "scaler": torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available()),
+        "scaler": torch.amp.GradScaler(cfg.device, enabled=cfg.device == "cuda"),
         "data": DataPosition(),
         "extras": Extras(loss=None),
     }
@@ -143,7 +144,7 @@ def average_gradients(model: nn.Module, world_size: int) -> None:
 
 def train_step(cfg: TrainConfig, model: nn.Module, state: dict[str, Any]) -> None:
     rank, world_size = position_in_world()
-    x, y = batch(cfg.seed, state["data"], cfg.size, rank)
+    x, y = (t.to(cfg.device) for t in batch(cfg.seed, state["data"], cfg.size, rank))
     loss = nn.functional.mse_loss(model(x), y)
     optim = state["optim"].optim
     optim.zero_grad()
@@ -160,6 +161,9 @@ def run(cfg: TrainConfig, checkpointer: Checkpointer | None = None) -> dict[str,
     """Train to cfg.steps under a spotsafe.Run: resume, save every cfg.every_steps steps and at
     the end; on a termination notice, save the step reached and report how that went."""
     torch.set_num_threads(1)  # bitwise-reproducible CPU kernels, and polite on shared machines
+    if cfg.device.startswith("cuda"):  # bitwise-reproducible CUDA kernels, cuBLAS included
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     model, state = make_state(cfg)
     ckpt = checkpointer or Checkpointer(cfg.checkpoint_uri, every_steps=cfg.every_steps)
     final: dict[str, Any] = {}
@@ -186,13 +190,16 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--every-steps", type=int, default=10, help="save every K steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", choices=sorted(SIZES), default="small")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (deterministic kernels)")
     p.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (+ local rank)"
     )
     args = p.parse_args(argv)
     if args.steps < 0 or args.every_steps < 1:
         p.error("--steps must be >= 0 and --every-steps >= 1")
-    cfg = TrainConfig(args.steps, args.checkpoint_uri, args.every_steps, args.seed, args.size)
+    cfg = TrainConfig(
+        args.steps, args.checkpoint_uri, args.every_steps, args.seed, args.size, args.device
+    )
     return cfg, args
 
 

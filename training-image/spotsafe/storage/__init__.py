@@ -1,16 +1,19 @@
 """Object storage behind one small interface: S3 API, GCS API and a local file:// tier.
 
 Keys are relative to the URI's prefix, always with ``/`` separators. ``put_if_absent`` is the
-create-only write the checkpoint protocol commits with.
+create-only write the checkpoint protocol commits with. Objects are written as streams of parts
+(see ``parts``), each with a CRC32C that the storage service checks on upload.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlparse
 
 from spotsafe.errors import InvalidURIError
+from spotsafe.storage.parts import PartWriter, Written
 
 URI_FORMS = "s3://bucket/prefix, gs://bucket/prefix or file:///absolute/path"
 
@@ -24,8 +27,14 @@ class ObjectInfo:
 class ObjectStore(Protocol):
     uri: str
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: bytes | bytearray | memoryview) -> Written:
         """Write (or overwrite) one object."""
+
+    def put_file(self, key: str, path: str | os.PathLike) -> Written:
+        """Write one object from a local file, streamed."""
+
+    def writer(self, key: str, size_hint: int = 0) -> PartWriter:
+        """A stream into one object, stored when the ``with`` block around it ends."""
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create one object only if no object has that key; False if one already does."""

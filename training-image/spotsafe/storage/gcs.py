@@ -1,13 +1,20 @@
 """The GCS API through google-cloud-storage (the `gcs` extra).
 
-The client honours STORAGE_EMULATOR_HOST, so the same code talks to GCS and to fake-gcs-server.
+Objects that fit one part go up in one request, larger ones as a resumable upload fed part by
+part: GCS takes a resumable upload's chunks in order, so one is in flight (on a thread of its
+own, while the next part fills). Either way the
+client sends the CRC32C for GCS to check (metadata, or ``x-goog-hash`` with the last chunk) and
+compares it with the one GCS reports. The client honours STORAGE_EMULATOR_HOST, so the same code
+talks to GCS and to fake-gcs-server.
 """
 
 from __future__ import annotations
 
-import random
+import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 from spotsafe.errors import (
     BucketNotFoundError,
@@ -17,21 +24,72 @@ from spotsafe.errors import (
     StorageUnreachableError,
 )
 from spotsafe.storage import ObjectInfo
+from spotsafe.storage.parts import PartStore, PartWriter, Written, part_size_for
+from spotsafe.storage.private_random import isolate_google
+
+log = logging.getLogger(__name__)
 
 
-class GCSStore:
+class _GCSUpload:
+    def __init__(self, store: GCSStore, key: str, part_size: int) -> None:
+        self.store = store
+        self.key = key
+        self.part_size = part_size
+        self.stream: Any = None
+
+    def whole(self, data: bytearray, written: Written) -> None:
+        with self.store._translated("upload", self.key):
+            blob = self.store._upload(self.key, data)
+            if blob.crc32c != written.crc32c:  # GCS checks it; an emulator may not
+                self._refuse(f"GCS stored CRC32C {blob.crc32c}, sent {written.crc32c}")
+
+    def start(self) -> None:
+        self.stream = self.store._blob(self.key).open(
+            "wb",
+            chunk_size=self.part_size,
+            checksum="crc32c",
+            retry=self.store.retry,
+            timeout=self.store.timeout,
+        )
+
+    def part(self, number: int, data: bytearray, crc: int) -> None:
+        with self.store._translated("upload", self.key):
+            self.stream.write(data)  # exactly one chunk: it is sent before write returns
+
+    def complete(self, parts: list[None], written: Written) -> None:
+        from google.cloud.storage.exceptions import DataCorruption
+
+        with self.store._translated("upload", self.key):
+            try:
+                self.stream.close()  # compares the CRC32C GCS reports with the one sent
+            except DataCorruption as e:
+                self._refuse(str(e))
+
+    def _refuse(self, why: str) -> None:
+        """What was stored is not what was sent: delete it and fail the upload."""
+        self.store._blob(self.key).delete(retry=self.store.retry, timeout=self.store.timeout)
+        raise StorageError(
+            f"GCS upload of gs://{self.store.bucket.name}/{self.store.prefix}{self.key} at "
+            f"{self.store.endpoint} was refused, its checksum does not match: {why}"
+        )
+
+    def abort(self) -> None:
+        try:
+            self.stream.terminate()
+        except Exception as e:  # noqa: BLE001 - GCS drops an unfinished session within a week
+            log.warning("could not cancel the upload of %s: %s", self.key, e)
+
+
+class GCSStore(PartStore):
     def __init__(
         self, uri: str, bucket: str, prefix: str, max_attempts: int, connect_timeout_s: float
     ) -> None:
         try:
             from google.api_core.retry import Retry
             from google.cloud import storage
-            from google.cloud.storage._media import _upload
         except ImportError as e:
             raise StorageError("gs:// URIs need the GCS client: pip install 'spotsafe[gcs]'") from e
-        # Multipart uploads draw their boundary from the module-level `random`. Uploads run beside
-        # training, whose global RNG is part of an exact resume: give them a generator of their own.
-        _upload.random = random.Random()
+        isolate_google()
         self.uri = uri
         self.prefix = f"{prefix}/" if prefix else ""
         self.max_attempts = max_attempts
@@ -41,14 +99,17 @@ class GCSStore:
         # Exponential backoff bounded by a deadline that grows with the attempts allowed.
         self.retry = Retry(initial=0.2, maximum=5.0, multiplier=2.0, timeout=2.0 * max_attempts)
         self.timeout = (connect_timeout_s, 60)
+        self.pool = ThreadPoolExecutor(1, "spotsafe-gcs-part")  # one worker: chunks in order
 
     def _blob(self, key: str):
         return self.bucket.blob(self.prefix + key)
 
-    def _upload(self, key: str, data: bytes | memoryview, **conditions: int) -> None:
-        self._blob(key).upload_from_string(
-            bytes(data), retry=self.retry, timeout=self.timeout, **conditions
+    def _upload(self, key: str, data: bytes | bytearray, **conditions: int):
+        blob = self._blob(key)
+        blob.upload_from_string(
+            bytes(data), checksum="crc32c", retry=self.retry, timeout=self.timeout, **conditions
         )
+        return blob
 
     @contextmanager
     def _translated(self, action: str, key: str = "") -> Iterator[None]:
@@ -80,9 +141,9 @@ class GCSStore:
         except gexc.GoogleAPIError as e:
             raise StorageError(f"GCS {action} of {where} at {self.endpoint} failed: {e}") from e
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
-        with self._translated("upload", key):
-            self._upload(key, data)
+    def writer(self, key: str, size_hint: int = 0) -> PartWriter:
+        part_size = part_size_for(size_hint)
+        return PartWriter(_GCSUpload(self, key, part_size), part_size, self.pool, in_flight=1)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         from google.api_core.exceptions import PreconditionFailed

@@ -8,9 +8,46 @@ from pathlib import Path
 
 from spotsafe.errors import ObjectMissingError, StoragePermissionError
 from spotsafe.storage import ObjectInfo
+from spotsafe.storage.parts import PartStore, PartWriter, Written, part_size_for
 
 
-class LocalStore:
+class _LocalUpload:
+    """Parts append to a temporary file beside the final path; publishing it is one rename."""
+
+    def __init__(self, root: Path, key: str) -> None:
+        self.path = root / key
+        self.tmp: Path | None = None
+
+    def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
+        self.file, self.tmp = os.fdopen(fd, "wb"), Path(tmp)
+
+    def part(self, number: int, data: bytes | bytearray, crc: int) -> None:
+        self.file.write(data)
+
+    def durable(self) -> Path:
+        """The temporary file, written through to the disk and closed."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        return self.tmp
+
+    def complete(self, parts: list[None], written: Written | None = None) -> None:
+        os.replace(self.durable(), self.path)
+
+    def whole(self, data: bytes | bytearray, written: Written | None = None) -> None:
+        self.start()
+        self.part(1, data, 0)
+        self.complete([])
+
+    def abort(self) -> None:
+        if self.tmp is not None:
+            self.file.close()
+            self.tmp.unlink(missing_ok=True)
+
+
+class LocalStore(PartStore):
     def __init__(self, uri: str, root: str) -> None:
         self.uri = uri
         self.root = Path(root)
@@ -19,25 +56,16 @@ class LocalStore:
         except PermissionError as e:
             raise StoragePermissionError(f"cannot create checkpoint directory {root}: {e}") from e
 
-    def _staged(self, key: str, data: bytes | memoryview) -> tuple[Path, Path]:
-        """Write data durably beside its final path, so publishing it is one atomic step."""
-        path = self.root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        return Path(tmp), path
-
-    def put(self, key: str, data: bytes | memoryview) -> None:
-        tmp, path = self._staged(key, data)
-        os.replace(tmp, path)
+    def writer(self, key: str, size_hint: int = 0) -> PartWriter:
+        return PartWriter(_LocalUpload(self.root, key), part_size_for(size_hint), pool=None)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        tmp, path = self._staged(key, data)
+        upload = _LocalUpload(self.root, key)
+        upload.start()
+        upload.part(1, data, 0)
+        tmp = upload.durable()
         try:
-            os.link(tmp, path)  # atomic and fails if path exists: a create-only commit
+            os.link(tmp, upload.path)  # atomic and fails if path exists: a create-only commit
             return True
         except FileExistsError:
             return False
