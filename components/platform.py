@@ -8,6 +8,7 @@ it never needs to know which cloud it runs on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 
@@ -24,8 +25,14 @@ class Platform:
     # the runtime watches besides SIGTERM's.
     notice_seconds: int
     notice_sources: tuple[str, ...]
-    # What the Kubernetes layer must wait for before it installs anything (the cluster, and the
-    # nodes its releases schedule on).
+    # Where the training image lives (registry host and repository, no tag or digest); the Job
+    # templates pin an image there by digest.
+    image_repository: pulumi.Input[str]
+    # Alertmanager receiver settings that deliver to the cloud's alert targets (AWS: the alert
+    # topic through SNS, signed with the role bound to Alertmanager's service account).
+    alert_receiver: dict[str, Any]
+    # What the Kubernetes layer must wait for before it installs anything: the cluster, its
+    # add-ons, and the stable nodes its Helm releases schedule on.
     ready: list[pulumi.Resource] = field(default_factory=list)
     # Annotations the team's training service account needs for its workload identity, by team.
     service_account_annotations: dict[str, dict[str, str]] = field(default_factory=dict)

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.aws.iam import PodIdentity, pod_identity_role
+from components.config import INTERRUPTION_QUEUE_RETENTION_SECONDS
+
 # Rule suffix -> EventBridge pattern. These are the events the handler acts on in queue mode.
 EVENT_PATTERNS = {
     "spot-interruption": {
@@ -33,22 +36,12 @@ EVENT_PATTERNS = {
         "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
     },
 }
-# A notice older than the spot warning itself is useless; do not let the queue hoard them.
-MESSAGE_RETENTION_SECONDS = 300
-
-
-@dataclass(frozen=True)
-class HandlerIdentity:
-    """Where the node termination handler runs; its service account gets a Pod Identity role."""
-
-    cluster_name: pulumi.Input[str]
-    namespace: str
-    service_account: str
 
 
 @dataclass(frozen=True)
 class InterruptionQueueArgs:
-    handler: HandlerIdentity | None = None
+    # Where the node termination handler runs: its service account gets the consumer role.
+    handler: PodIdentity | None = None
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -65,7 +58,7 @@ class InterruptionQueue(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         queue = aws.sqs.Queue(
             f"{name}-queue",
-            message_retention_seconds=MESSAGE_RETENTION_SECONDS,
+            message_retention_seconds=INTERRUPTION_QUEUE_RETENTION_SECONDS,
             sqs_managed_sse_enabled=True,
             tags=args.tags,
             opts=child,
@@ -124,27 +117,9 @@ class InterruptionQueue(pulumi.ComponentResource):
     def _handler_role(self, name: str, args: InterruptionQueueArgs, queue: aws.sqs.Queue) -> None:
         """What the handler needs in queue mode: consume this queue, look up the instance,
         and let its ASG go on once the node is drained."""
-        child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(
+        pod_identity_role(
             f"{name}-handler",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "pods.eks.amazonaws.com"},
-                            "Action": ["sts:AssumeRole", "sts:TagSession"],
-                        }
-                    ],
-                }
-            ),
-            tags=args.tags,
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-handler",
-            role=role.id,
+            args.handler,
             policy=pulumi.Output.json_dumps(
                 {
                     "Version": "2012-10-17",
@@ -169,14 +144,6 @@ class InterruptionQueue(pulumi.ComponentResource):
                     ],
                 }
             ),
-            opts=child,
-        )
-        aws.eks.PodIdentityAssociation(
-            f"{name}-handler",
-            cluster_name=args.handler.cluster_name,
-            namespace=args.handler.namespace,
-            service_account=args.handler.service_account,
-            role_arn=role.arn,
             tags=args.tags,
-            opts=child,
+            parent=self,
         )

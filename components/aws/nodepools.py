@@ -7,19 +7,17 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
+from components.config import GPU_FAMILY
 from components.pools import PoolSpec
 
 MIN_SPOT_INSTANCE_TYPES = 3
 # EKS spells the taint effect in its own enum.
 EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
-# NVIDIA GPU instance families (p3..p6, g4dn..g6e): these nodes need the NVIDIA AMI.
-NVIDIA_FAMILY = re.compile(r"^(p|g)\d")
 
 
 @dataclass(frozen=True)
@@ -28,6 +26,8 @@ class ManagedNodeGroupPoolArgs:
     cluster_name: pulumi.Input[str]
     node_role_arn: pulumi.Input[str]
     subnet_ids: pulumi.Input[list[str]]
+    # The control plane's Kubernetes version: nodes follow it when it is upgraded.
+    kubernetes_version: pulumi.Input[str]
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -39,7 +39,7 @@ class ManagedNodeGroupPoolArgs:
             )
         if spec.capacity == "spot" and not spec.taints:
             raise ValueError("ManagedNodeGroupPoolArgs.spec.taints: a spot pool must be tainted")
-        kinds = {bool(NVIDIA_FAMILY.match(t)) for t in spec.instance_types}
+        kinds = {bool(GPU_FAMILY.match(t)) for t in spec.instance_types}
         if len(kinds) > 1:
             raise ValueError(
                 "ManagedNodeGroupPoolArgs.spec.instance_types: do not mix GPU and CPU types in "
@@ -63,12 +63,13 @@ class ManagedNodeGroupPool(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:nodepools:ManagedNodeGroupPool", name, None, opts)
         self.spec = spec = args.spec
-        gpu = bool(NVIDIA_FAMILY.match(spec.instance_types[0]))
+        gpu = bool(GPU_FAMILY.match(spec.instance_types[0]))
         group = aws.eks.NodeGroup(
             f"{name}-nodes",
             cluster_name=args.cluster_name,
             node_role_arn=args.node_role_arn,
             subnet_ids=args.subnet_ids,
+            version=args.kubernetes_version,
             capacity_type="SPOT" if spec.capacity == "spot" else "ON_DEMAND",
             instance_types=list(spec.instance_types),
             ami_type="AL2023_x86_64_NVIDIA" if gpu else "AL2023_x86_64_STANDARD",

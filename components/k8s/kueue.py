@@ -18,12 +18,10 @@ import yaml
 
 from components.config import KueueConfig
 from components.k8s.placement import Placement
+from components.versions import KUEUE
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
-CHART = "oci://registry.k8s.io/kueue/charts/kueue"
-CHART_VERSION = "0.19.2"
-NAMESPACE = "kueue-system"
 SPOT_FLAVOR = "spot"
 ON_DEMAND_FLAVOR = "on-demand"
 LOCAL_QUEUE = "training"
@@ -165,16 +163,17 @@ class KueueQueues(pulumi.ComponentResource):
         self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:kueue:KueueQueues", name, None, opts)
-        # Children wait for what the component waits for: the namespaces the LocalQueues live in.
+        # Children wait for what the component waits for: the namespaces the LocalQueues live
+        # in, and the monitoring stack whose ServiceMonitor CRD Kueue's chart uses.
         depends: list[pulumi.Resource] = list(opts.depends_on or []) if opts else []
         if args.settings.install:
             depends.append(
                 k8s.helm.v3.Release(
                     f"{name}-kueue",
-                    name="kueue",
-                    chart=CHART,
-                    version=CHART_VERSION,
-                    namespace=NAMESPACE,
+                    name=KUEUE.name,
+                    chart=KUEUE.chart,
+                    version=KUEUE.version,
+                    namespace=KUEUE.namespace,
                     create_namespace=True,
                     atomic=True,
                     values={
@@ -185,7 +184,7 @@ class KueueQueues(pulumi.ComponentResource):
                             )
                         },
                     },
-                    opts=pulumi.ResourceOptions(parent=self),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends)),
                 )
             )
         child = pulumi.ResourceOptions(parent=self, depends_on=depends)

@@ -7,15 +7,15 @@ gives every pod on it its full termination grace period while the instance is st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-CHART = "aws-node-termination-handler"
-CHART_VERSION = "0.27.6"
-REPOSITORY = "https://aws.github.io/eks-charts"
-NAMESPACE = "kube-system"
+from components.versions import NODE_TERMINATION_HANDLER
+
+CHART = NODE_TERMINATION_HANDLER
+NAMESPACE = CHART.namespace
 # Fixed so the cloud side can bind the handler's identity (Pod Identity / IRSA) to it.
 SERVICE_ACCOUNT = "aws-node-termination-handler"
 
@@ -26,13 +26,13 @@ class NodeTerminationHandlerArgs:
     region: str
     # Longest pod grace period on the node: the drain is scheduled to fit it.
     node_grace_seconds: int = 120
-    service_account_annotations: dict[str, str] | None = None
-    # Labels the Prometheus operator selects ServiceMonitors by.
-    monitor_labels: dict[str, str] | None = None
+    service_account_annotations: dict[str, str] = field(default_factory=dict)
+    # Where the handler runs: the stable pool, never a node it may have to drain.
+    node_selector: dict[str, str] = field(default_factory=dict)
 
 
 def handler_values(args: NodeTerminationHandlerArgs) -> dict:
-    """Chart values; every key exists in the chart's values.yaml of CHART_VERSION."""
+    """Chart values; every key exists in the chart's values.yaml of the pinned version."""
     return {
         "enableSqsTerminationDraining": True,
         "queueURL": args.queue_url,
@@ -48,12 +48,14 @@ def handler_values(args: NodeTerminationHandlerArgs) -> dict:
         # Every node of this cluster is the handler's to drain; the queue is this cluster's own.
         "checkTagBeforeDraining": False,
         "enablePrometheusServer": True,
-        "serviceMonitor": {"create": True, "labels": args.monitor_labels or {}},
+        # Needs the monitoring stack's CRDs: the release waits for it.
+        "serviceMonitor": {"create": True},
         "serviceAccount": {
             "create": True,
             "name": SERVICE_ACCOUNT,
-            "annotations": args.service_account_annotations or {},
+            "annotations": dict(args.service_account_annotations),
         },
+        "nodeSelector": dict(args.node_selector),
     }
 
 
@@ -67,10 +69,10 @@ class NodeTerminationHandler(pulumi.ComponentResource):
         super().__init__("spot:termination:NodeTerminationHandler", name, None, opts)
         release = k8s.helm.v3.Release(
             f"{name}-release",
-            name=CHART,
-            chart=CHART,
-            version=CHART_VERSION,
-            repository_opts={"repo": REPOSITORY},
+            name=CHART.name,
+            chart=CHART.chart,
+            version=CHART.version,
+            repository_opts={"repo": CHART.repository},
             namespace=NAMESPACE,
             atomic=True,
             values=handler_values(args),

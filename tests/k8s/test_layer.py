@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from components.config import ConfigError, KubernetesConfig, load_config
+from components.config import UNBUILT_IMAGE, ConfigError, KubernetesConfig, load_config
+from components.k8s.layer import training_image
 from spotctl.preview import PreviewResource
 
 LAYER = "spot:k8s:KubernetesLayer"
@@ -69,8 +71,12 @@ def base_config() -> dict:
                 "checkpoint_prefix": "teams/a",
             }
         ],
+        "alerts": {
+            "emails": ["oncall@ml.test"],
+            "runbook_base_url": "https://git.ml.test/platform/blob/main",
+        },
         "aws": {
-            "cluster": {"create": {"name": "c"}},
+            "cluster": {"create": {"name": "c", "public_endpoint_cidrs": []}},
             "pools": {
                 "stable": {
                     "instance_types": ["m6i.large"],
@@ -85,7 +91,10 @@ def base_config() -> dict:
                     "desired_size": 0,
                 },
             },
-            "principals": {"platform_admin": ["arn:aws:iam::123456789012:role/admin"]},
+            "principals": {
+                "platform_admin": ["arn:aws:iam::123456789012:role/admin"],
+                "break_glass": ["arn:aws:iam::123456789012:role/security"],
+            },
         },
     }
 
@@ -128,24 +137,30 @@ def test_kubernetes_config_errors_name_the_field(section: dict, path: str, words
 
 def test_kubernetes_section_is_optional() -> None:
     config = load_config(base_config())
-    assert config.kubernetes.templates.image.split("@")[1].startswith("sha256:")
+    assert config.kubernetes.templates.image == UNBUILT_IMAGE
 
 
-def test_namespaced_objects_wait_for_their_namespace(
-    prod_preview: list[PreviewResource],
-) -> None:
-    resources = prod_preview
-    kube = [r for r in resources if r.custom and r.type.startswith("kubernetes:")]
-    namespaces = {
-        r.inputs["metadata"]["name"]: r.urn
-        for r in kube
-        if r.type == "kubernetes:core/v1:Namespace"
-    }
-    checked = 0
-    for resource in kube:
-        namespace = resource.inputs.get("metadata", {}).get("namespace")
-        if namespace in namespaces:
-            assert namespaces[namespace] in resource.dependencies, resource.name
-            checked += 1
-    # Per team: quota, limits, account, network policy, templates, LocalQueue.
-    assert checked == 6 * len(namespaces)
+def test_templates_pin_the_image_in_the_stacks_repository(prod_preview) -> None:
+    (repository,) = [r for r in prod_preview if r.type == "aws:ecr/repository:Repository"]
+    configmaps = [
+        r.inputs
+        for r in prod_preview
+        if r.type == "kubernetes:core/v1:ConfigMap"
+        and r.inputs["metadata"]["name"] == "training-job-templates"
+    ]
+    assert configmaps
+    image = f"{repository.outputs['repositoryUrl']}@{UNBUILT_IMAGE}"
+    for configmap in configmaps:
+        for text in configmap["data"].values():
+            images = [
+                container["image"]
+                for doc in yaml.safe_load_all(text)
+                if doc["kind"] == "Job"
+                for container in doc["spec"]["template"]["spec"]["containers"]
+            ]
+            assert images == [image]
+
+
+def test_a_full_image_reference_is_used_as_configured() -> None:
+    image = "registry.ml.test/trainer:1.0@sha256:" + "a" * 64
+    assert training_image(image, "ignored") == image

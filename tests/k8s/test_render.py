@@ -9,9 +9,11 @@ from pathlib import Path
 
 import kubernetes_validate
 import yaml
+from chart_values import unknown_keys
 from stack_files import REPO_ROOT, stack_values
 
 from components.config import load_config
+from components.k8s import monitoring
 from spotctl.render import KUBERNETES_VERSION, Rendered, validate
 
 PROD = load_config(stack_values("prod"))
@@ -39,7 +41,8 @@ def test_every_team_gets_namespace_quota_queue_and_templates(
     prod_render: tuple[Rendered, Path],
 ) -> None:
     rendered, out = prod_render
-    assert {ns["metadata"]["name"] for ns in by_kind(rendered, "Namespace")} == set(TEAMS.values())
+    namespaces = {ns["metadata"]["name"] for ns in by_kind(rendered, "Namespace")}
+    assert namespaces == {*TEAMS.values(), monitoring.NAMESPACE}
     for kind in ("ResourceQuota", "LimitRange", "LocalQueue", "NetworkPolicy", "ServiceAccount"):
         namespaces = {obj["metadata"]["namespace"] for obj in by_kind(rendered, kind)}
         assert namespaces == set(TEAMS.values()), kind
@@ -89,7 +92,7 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
     chart = yaml.safe_load(
         (shared_schemas / "aws-node-termination-handler-chart-0.27.6" / "values.yaml").read_text()
     )
-    unknown = list(_unknown_keys(nth["values"], chart))
+    unknown = list(unknown_keys(nth["values"], chart))
     assert unknown == []
     kueue = releases["kueue"]
     assert kueue["version"] == "0.19.2"
@@ -105,16 +108,7 @@ def test_chart_value_check_catches_a_typo() -> None:
         "serviceAccount": {"name": None, "annotations": {}},
     }
     values = {"enableSQSTerminationDraining": True, "serviceAccount": {"annotations": {"a": "b"}}}
-    assert list(_unknown_keys(values, chart)) == ["enableSQSTerminationDraining"]
-
-
-def _unknown_keys(values: dict, chart: dict, prefix: str = ""):
-    """Keys set in `values` that the chart does not define; free-form maps ({}) take any key."""
-    for key, value in values.items():
-        if key not in chart:
-            yield prefix + key
-        elif isinstance(value, dict) and isinstance(chart[key], dict) and chart[key]:
-            yield from _unknown_keys(value, chart[key], f"{prefix}{key}.")
+    assert list(unknown_keys(values, chart)) == ["enableSQSTerminationDraining"]
 
 
 def test_checkov_reports_no_failed_checks(prod_render: tuple[Rendered, Path]) -> None:
@@ -163,7 +157,6 @@ def test_prometheus_rule_holds_the_tested_rules(
         ["promtool", "check", "rules", str(path)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
 def test_dashboard_shows_what_the_issue_asks(prod_render: tuple[Rendered, Path]) -> None:
