@@ -5,7 +5,7 @@ its CRDs, Prometheus, Alertmanager, Grafana, kube-state-metrics, node exporter).
   no chart's monitor is missed for want of a label.
 - Alertmanager sends every alert to the stack's alert targets: the cloud's (AWS: the alert topic,
   email through SNS) and the optional webhook. Only the stack's heartbeat and inhibitor alerts,
-  which fire by design, go nowhere.
+  which fire by design, go nowhere, and nothing that always fires inhibits another alert.
 - Grafana's sidecar loads dashboards from ConfigMaps labelled `grafana_dashboard: "1"`.
 - Everything but the per-node exporter runs on the stable pool.
 """
@@ -63,6 +63,20 @@ def alertmanager_config(receiver: dict[str, Any], webhook_url: str | None) -> di
             ],
         },
         "receivers": [{"name": SILENT}, oncall],
+        # The chart's rules less its InfoInhibitor ones: that alert fires whenever an info alert
+        # is alone in its namespace, so it would silence every info alert for good.
+        "inhibit_rules": [
+            {
+                "source_matchers": ['severity = "critical"'],
+                "target_matchers": ['severity =~ "warning|info"'],
+                "equal": ["namespace", "alertname"],
+            },
+            {
+                "source_matchers": ['severity = "warning"'],
+                "target_matchers": ['severity = "info"'],
+                "equal": ["namespace", "alertname"],
+            },
+        ],
     }
 
 
