@@ -4,11 +4,12 @@ domain.
 `ALL_POLICIES` is what `__main__.py` hands to `PolicyPack`; the README table is generated from it.
 """
 
-from policies import aws_iam, aws_node_pools, aws_storage, cost_tags, gcp, kubernetes
+from policies import aws_alerts, aws_iam, aws_node_pools, aws_storage, cost_tags, gcp, kubernetes
 
 ALL_POLICIES = [
     *aws_storage.POLICIES,
     *aws_iam.POLICIES,
+    *aws_alerts.POLICIES,
     *aws_node_pools.POLICIES,
     *cost_tags.POLICIES,
     *kubernetes.POLICIES,
