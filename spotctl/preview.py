@@ -188,6 +188,7 @@ def command(
                 {**{k: asdict(r)[k] for k in keep}, "dependencies": waits_for(r)} for r in resources
             ]
         }
+        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     if policy_pack is not None:
         check_policies(policy_pack, program, stack, resources, policy_pack_config)

@@ -127,7 +127,7 @@ def build_aws(settings: StackConfig) -> Platform:
         for team in settings.teams
     }
     principals = aws_config.principals
-    PlatformRoles(
+    roles = PlatformRoles(
         f"{env}-roles",
         PlatformRolesArgs(
             cluster_name=aws_config.cluster.name,
@@ -201,6 +201,7 @@ def build_aws(settings: StackConfig) -> Platform:
     pulumi.export("checkpoint_bucket", bucket.bucket)
     pulumi.export("interruption_queue_url", interruption.queue_url)
     pulumi.export("training_role_arns", {name: role.arn for name, role in team_roles.items()})
+    pulumi.export("role_arns", roles.arns)
     pulumi.export("alert_topic_arn", observability.topic_arn)
     pulumi.export("image_repository", repository.url)
     pulumi.export(
