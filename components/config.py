@@ -430,7 +430,7 @@ class JobTemplateConfig(Model):
         pattern=r"^([a-z0-9.:/_-]+(:[A-Za-z0-9._-]+)?@)?sha256:[0-9a-f]{64}$",
         description="Training image: a digest `sha256:...` in the stack's own image repository, "
         "or a full reference pinned by digest. The default stands for an image not built yet "
-        "(docs/deploy.md, step 5).",
+        "(docs/deploy.md, section 7).",
     )
     command: list[str] = Field(
         default_factory=lambda: [

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "versions.md"
-START, END = "<!-- versions-table:start -->", "<!-- versions-table:end -->"
+from components.generated_docs import GeneratedSection
+
+DOC = GeneratedSection(
+    Path(__file__).resolve().parents[1] / "docs" / "versions.md",
+    "versions-table",
+    "python -m components.versions",
+)
 
 
 @dataclass(frozen=True)
@@ -149,21 +154,8 @@ def render_tables() -> str:
     return "\n".join(lines)
 
 
-def with_tables(document: str) -> str:
-    before, _, rest = document.partition(START)
-    _, _, after = rest.partition(END)
-    return f"{before}{START}\n{render_tables()}\n{END}{after}"
-
-
 def main(argv: list[str]) -> int:
-    current = DOC.read_text()
-    if argv == ["--check"]:
-        if current != with_tables(current):
-            print(f"{DOC} is stale: run python -m components.versions", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(with_tables(current))
-    return 0
+    return DOC.regenerate(render_tables(), argv)
 
 
 if __name__ == "__main__":

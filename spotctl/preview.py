@@ -45,6 +45,13 @@ class PreviewError(Exception):
         self.crashed = crashed
 
 
+@dataclass(frozen=True)
+class Previewed:
+    resources: list[PreviewResource]
+    # (level, message) the program logged through the engine, as `pulumi preview` shows them.
+    diagnostics: list[tuple[str, str]]
+
+
 def preview_program(
     program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
 ) -> list[PreviewResource]:
@@ -53,6 +60,15 @@ def preview_program(
     `strict_deprecations` fails the preview on every deprecation pulumi-aws reports (a Python
     DeprecationWarning or an engine warning).
     """
+    return run_preview(
+        program_dir, stack, strict_deprecations=strict_deprecations, timeout=timeout
+    ).resources
+
+
+def run_preview(
+    program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
+) -> Previewed:
+    """`preview_program`, with what the program logged."""
     with tempfile.TemporaryDirectory(prefix="spotctl-preview-") as tmp:
         out = Path(tmp) / "preview.json"
         flags = ["--strict-deprecations"] if strict_deprecations else []
@@ -75,7 +91,10 @@ def preview_program(
         result = json.loads(out.read_text())
     if "error" in result:
         raise PreviewError(result["error"], crashed=process.returncode == 1)
-    return [PreviewResource(**resource) for resource in result["resources"]]
+    return Previewed(
+        [PreviewResource(**resource) for resource in result["resources"]],
+        [tuple(entry) for entry in result["diagnostics"]],
+    )
 
 
 def waits_for(resource: PreviewResource) -> list[str]:
@@ -175,11 +194,16 @@ def command(
     try:
         program = program or find_program(Path.cwd())
         typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
-        resources = preview_program(program, stack)
+        previewed = run_preview(program, stack)
     except PreviewError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1 if exc.crashed else 2) from None
+    resources = previewed.resources
     typer.echo(resource_tree(resources))
+    if previewed.diagnostics:
+        typer.echo("\nDiagnostics:")
+        for level, message in previewed.diagnostics:
+            typer.echo(f"    {level}: {message}")
     # Written before the policies run: a mandatory violation must not cost the plan.
     if json_path is not None:
         keep = ("urn", "type", "name", "parent", "inputs")

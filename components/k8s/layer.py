@@ -123,7 +123,7 @@ class KubernetesLayer(pulumi.ComponentResource):
             pulumi.log.warn(
                 "kubernetes.templates.image is the placeholder digest of an image not built yet: "
                 "the Job templates cannot run until you push the training image and set its "
-                "digest (docs/deploy.md, step 5)"
+                "digest (docs/deploy.md, section 7)"
             )
         image = training_image(t.image, platform.image_repository)
         for team in args.teams:

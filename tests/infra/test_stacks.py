@@ -86,6 +86,10 @@ def test_cli_prints_tree_and_writes_json(tmp_path):
     assert "pulumi:pulumi:Stack" in result.stdout
     assert "└─ " in result.stdout and "Resources:" in result.stdout
     assert result.stdout.startswith(f"Previewing stack 'dev' of {REPO_ROOT}\n")
+    # What the program logs is shown, as `pulumi preview` shows it.
+    assert "\nDiagnostics:\n    warning: kubernetes.templates.image is the placeholder" in (
+        result.stdout
+    )
     document = json.loads(out.read_text())
     assert document["resources"]
     for resource in document["resources"]:
