@@ -146,7 +146,8 @@ def _check_no_delete_version(args, report_violation, _settings) -> None:
             )
 
 
-POD_IDENTITY_SCOPE_KEYS = ("aws:sourceaccount", "aws:sourcearn")
+# Condition keys that tie a Pod Identity trust to an account or a cluster.
+POD_IDENTITY_SCOPE_KEYS = ("aws:sourceaccount", "aws:sourcearn", "aws:requesttag/eks-cluster-arn")
 
 
 def _check_pod_trust_scoped(args, report_violation, _settings) -> None:
@@ -161,7 +162,7 @@ def _check_pod_trust_scoped(args, report_violation, _settings) -> None:
         if not keys & set(POD_IDENTITY_SCOPE_KEYS):
             report_violation(
                 f"'{args.name}' trusts EKS Pod Identity from any account and cluster: add an "
-                "aws:SourceAccount or aws:SourceArn condition"
+                "aws:SourceAccount or aws:RequestTag/eks-cluster-arn condition"
             )
 
 
@@ -192,7 +193,7 @@ POLICIES = [
     ResourceRule(
         "iam-pod-identity-trust-scoped",
         "Roles trusted by EKS Pod Identity (pods.eks.amazonaws.com) name the account or cluster "
-        "they trust (aws:SourceAccount or aws:SourceArn).",
+        "they trust (aws:SourceAccount, aws:SourceArn or aws:RequestTag/eks-cluster-arn).",
         "Without it any cluster's Pod Identity agent that is handed the role can assume it (the "
         "confused deputy).",
         _check_pod_trust_scoped,

@@ -63,8 +63,9 @@ def _trust(principal: dict, condition: dict | None = None) -> dict:
 def pod_identity_trust(
     cluster_arn: pulumi.Input[str], namespace: str, service_account: str
 ) -> pulumi.Output[str]:
-    """Trust for EKS Pod Identity from this cluster's account and cluster only, and only for one
-    service account: a second association elsewhere can never hand the role to other pods."""
+    """Trust for EKS Pod Identity from this account and cluster only, and only for one service
+    account (the session tags Pod Identity sends): a second association elsewhere can never hand
+    the role to other pods."""
     return pulumi.Output.from_input(cluster_arn).apply(
         lambda arn: json.dumps(
             _trust(
@@ -72,10 +73,10 @@ def pod_identity_trust(
                 {
                     "StringEquals": {
                         "aws:SourceAccount": arn.split(":")[4],
+                        "aws:RequestTag/eks-cluster-arn": arn,
                         "aws:RequestTag/kubernetes-namespace": namespace,
                         "aws:RequestTag/kubernetes-service-account": service_account,
-                    },
-                    "ArnEquals": {"aws:SourceArn": arn},
+                    }
                 },
             )
         )

@@ -195,10 +195,10 @@ def test_every_pod_role_trusts_only_its_cluster_and_service_account(stack_previe
         assert trust["Condition"] == {
             "StringEquals": {
                 "aws:SourceAccount": cluster_arn.split(":")[4],
+                "aws:RequestTag/eks-cluster-arn": cluster_arn,
                 "aws:RequestTag/kubernetes-namespace": association["namespace"],
                 "aws:RequestTag/kubernetes-service-account": association["serviceAccount"],
-            },
-            "ArnEquals": {"aws:SourceArn": cluster_arn},
+            }
         }, role.name
 
 

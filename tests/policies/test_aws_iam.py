@@ -186,8 +186,10 @@ SCOPED_POD_TRUST = document(
         "Principal": {"Service": "pods.eks.amazonaws.com"},
         "Action": ["sts:AssumeRole", "sts:TagSession"],
         "Condition": {
-            "StringEquals": {"aws:SourceAccount": "123456789012"},
-            "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/c"},
+            "StringEquals": {
+                "aws:SourceAccount": "123456789012",
+                "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/c",
+            }
         },
     }
 )
@@ -206,4 +208,4 @@ def test_pod_identity_trust_scoped(violations, case, inputs, violates):
     found = violations("iam-pod-identity-trust-scoped", resource(ROLE, "training", inputs))
     assert bool(found) == violates, case
     if violates:
-        assert "add an aws:SourceAccount or aws:SourceArn condition" in found[0]
+        assert "add an aws:SourceAccount or aws:RequestTag/eks-cluster-arn condition" in found[0]
