@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from components.versions import KUBERNETES_RELEASES, KUBERNETES_VERSION, reserved_namespaces
+from components.versions import KUBERNETES_RELEASES, KUBERNETES_VERSION, RESERVED_NAMESPACES
 
 # Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -73,10 +73,10 @@ class Team(Model):
     @field_validator("namespace")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
-        if value in reserved_namespaces():
+        if value in RESERVED_NAMESPACES:
             raise ValueError(
                 f"namespace {value!r} belongs to Kubernetes or to an add-on the platform installs "
-                f"(reserved: {', '.join(reserved_namespaces())}); give the team its own"
+                f"(reserved: {', '.join(RESERVED_NAMESPACES)}); give the team its own"
             )
         return value
 

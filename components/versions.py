@@ -115,11 +115,14 @@ PROVIDERS = {
 TRAINING_IMAGE_BASE = "pytorch/pytorch:2.8.0-cuda12.9-cudnn9-runtime"
 
 
-def reserved_namespaces() -> tuple[str, ...]:
-    """Namespaces that belong to Kubernetes itself or to what the platform installs."""
-    system = ("default", "kube-system", "kube-public", "kube-node-lease")
-    installed = {*ADDON_NAMESPACES.values(), *(chart.namespace for chart in CHARTS)}
-    return tuple(sorted({*system, *installed}))
+# Namespaces that belong to Kubernetes itself or to what the platform installs.
+RESERVED_NAMESPACES = tuple(
+    sorted(
+        {"default", "kube-system", "kube-public", "kube-node-lease"}
+        | set(ADDON_NAMESPACES.values())
+        | {chart.namespace for chart in CHARTS}
+    )
+)
 
 
 def render_tables() -> str:

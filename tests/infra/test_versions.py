@@ -19,8 +19,8 @@ from components.versions import (
     KUBERNETES_RELEASES,
     KUBERNETES_VERSION,
     PROVIDERS,
+    RESERVED_NAMESPACES,
     TRAINING_IMAGE_BASE,
-    reserved_namespaces,
 )
 from spotctl.preview import preview_program
 
@@ -93,7 +93,7 @@ def test_every_release_installs_a_pinned_chart(stack):
 
 
 def test_reserved_namespaces_cover_the_system_and_every_installed_component():
-    reserved = set(reserved_namespaces())
+    reserved = set(RESERVED_NAMESPACES)
     assert {"kube-system", "kube-public", "kube-node-lease", "default"} <= reserved
     assert {chart.namespace for chart in CHARTS} <= reserved
     assert set(ADDON_NAMESPACES.values()) <= reserved
