@@ -26,7 +26,7 @@ from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe_harness import RendezvousStore, with_bin_on_path
 
 from components.k8s.jobs import TrainingJobSpec, multi_node_job
-from components.k8s.placement import SPOT
+from components.k8s.placement import class_placement
 
 EVERY = 100
 _VAR = re.compile(r"\$\((\w+)\)")
@@ -45,7 +45,8 @@ class Agent:
         spec = TrainingJobSpec(
             name=run_name, namespace="team-a", local_queue="training",
             service_account="training", priority_class="training-preemptible",
-            checkpoint_root=root, image="image", notice_seconds=30, spot=SPOT, gpus=0,
+            checkpoint_root=root, image="image", notice_seconds=30,
+            placement=class_placement("a10g-24gb", "spot"), gpus=0,
             rendezvous_endpoint=endpoint,
             command=("python", "-m", "spotsafe.examples.train", "--steps", str(steps),
                      "--checkpoint-uri", "$(CHECKPOINT_URI)", "--every-steps", str(EVERY)),
