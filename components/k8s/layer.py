@@ -5,8 +5,8 @@ platform's add-ons. It comes up in order, each step waiting for what it needs: t
 stack (the CRDs of every monitor and rule), then what schedules GPU nodes and runs on them (the
 platform's add-ons, the device plugin and DCGM exporter), the platform services (Kueue, alert
 rules, the dashboard), then the teams' namespaces, queues, rendezvous stores and templates. The
-layer as a whole waits for the platform to be ready (`Platform.ready`: the cluster, its add-ons
-and the stable nodes the releases schedule on).
+layer as a whole waits for the platform to be ready (`Platform.ready`: the cluster, its add-ons,
+the stable nodes the releases schedule on, and the identities of what the layer installs).
 """
 
 from __future__ import annotations
