@@ -12,6 +12,7 @@ setup: $(STAMP)
 # pulls a multi-GB CUDA wheel.
 $(STAMP): pyproject.toml training-image/pyproject.toml training-image/torch.txt
 	command -v promtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	command -v amtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --requirement training-image/torch.txt \

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pulumi
+from pulumi.runtime import config as runtime_config
 
 from components.aws.platform import build_aws
 from components.config import ConfigError, StackConfig, load_config
@@ -17,11 +18,19 @@ from components.k8s.layer import build_kubernetes
 BUILDERS = {"aws": build_aws}
 
 
+def project_keys(namespace: str) -> list[str]:
+    """Every key the stack sets under this project's namespace, known to the schema or not: a
+    misspelt section must be an error, never silently dropped."""
+    prefix = f"{namespace}:"
+    keys = {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}
+    return sorted(key.removeprefix(prefix) for key in keys if key.startswith(prefix))
+
+
 def read_stack_config() -> StackConfig:
     """Each top-level schema field is one config key; structured values arrive JSON-encoded."""
     config = pulumi.Config()
     raw = {}
-    for field in StackConfig.model_fields:
+    for field in project_keys(config.name):
         value = config.get(field)
         if value is None:
             continue

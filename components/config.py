@@ -8,6 +8,7 @@ allowed values.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,12 @@ from pydantic import (
 )
 
 from components.capacity import capacity_problems
+from components.versions import (
+    GPU_AMI_ALIAS,
+    KUBERNETES_RELEASES,
+    KUBERNETES_VERSION,
+    RESERVED_NAMESPACES,
+)
 
 # Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -30,8 +37,10 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 KEY_PREFIX = r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(root|role/.+|user/.+|assumed-role/.+)$"
-CRON = r"^(\S+\s+){4}\S+$"
 TAG_KEY = r"^[A-Za-z0-9 _.:/=+@-]{1,128}$"
+HTTPS_URL = r"^https://[A-Za-z0-9.-]+(:\d+)?(/\S*)?$"
+# The environment whose alerts page people: its links must lead somewhere.
+PRODUCTION = "prod"
 
 # Labels pydantic adds to error locations, e.g. "function-after[_check(), Pool]".
 PYDANTIC_LABEL = re.compile(r"^(function-[a-z]+|[a-z]+-union|tagged-union)\[")
@@ -71,6 +80,21 @@ class Team(Model):
         pattern=DNS_LABEL,
         description="Service account of the team's training pods, bound to its training role.",
     )
+    engineers: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(
+        default_factory=list,
+        description="Principals that may assume the team's ml-engineer role: edit rights in the "
+        "team's namespace only.",
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_NAMESPACES:
+            raise ValueError(
+                f"namespace {value!r} belongs to Kubernetes or to an add-on the platform installs "
+                f"(reserved: {', '.join(RESERVED_NAMESPACES)}); give the team its own"
+            )
+        return value
 
 
 INSTANCE_TYPE = r"^[a-z0-9-]+\.[a-z0-9]+$"
@@ -115,9 +139,33 @@ class GpuClass(Model):
 
 
 class Alerts(Model):
+    """Where alerts go: CloudWatch alarms and Alertmanager both reach these targets."""
+
     emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = Field(
-        default_factory=list, description="Addresses subscribed to the alert topic."
+        min_length=1,
+        description="Addresses subscribed to the alert topic (email through SNS); at least one, "
+        "or alerts reach no one.",
     )
+    webhook_url: str | None = Field(
+        default=None,
+        pattern=HTTPS_URL,
+        description="Optional webhook Alertmanager also posts to (chat, paging service).",
+    )
+    runbook_base_url: str = Field(
+        pattern=HTTPS_URL,
+        description="Where this repository's runbooks/ are browsable; every alert and alarm "
+        "links below it.",
+    )
+
+    @field_validator("runbook_base_url")
+    @classmethod
+    def _real_in_production(cls, value: str, info: ValidationInfo) -> str:
+        if (info.context or {}).get("environment") == PRODUCTION and "example" in value.lower():
+            raise ValueError(
+                f"{value!r} is a placeholder; {PRODUCTION} alerts must link to where this "
+                "repository's runbooks/ really are"
+            )
+        return value
 
 
 class ExistingCluster(Model):
@@ -133,15 +181,45 @@ class NewCluster(Model):
     """Create the cluster with its VPC (public + private subnet per zone)."""
 
     name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
-    version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    version: str = Field(
+        default=KUBERNETES_VERSION,
+        description="Kubernetes minor version; one of those components/versions.py pins "
+        "add-ons for (the default is its current one).",
+    )
     vpc_cidr: str = Field(default="10.0.0.0/16", pattern=r"^10\.\d{1,3}\.0\.0/16$")
     nat_gateway_per_zone: bool = Field(
         default=False, description="One NAT gateway per zone: egress survives a zone outage."
     )
     public_endpoint_cidrs: list[str] = Field(
-        default_factory=list,
-        description="CIDRs allowed to reach the public API endpoint; empty = private only.",
+        description="Networks that may reach the cluster's API endpoint from outside the VPC: "
+        "where `pulumi up` and kubectl run. Required; [] means private only, and then "
+        "`pulumi up` must run inside the VPC.",
     )
+
+    @field_validator("version")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if value not in KUBERNETES_RELEASES:
+            raise ValueError(
+                f"Kubernetes {value!r} has no pinned add-on versions in components/versions.py "
+                f"(pinned: {', '.join(KUBERNETES_RELEASES)})"
+            )
+        return value
+
+    @field_validator("public_endpoint_cidrs")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                network = ipaddress.ip_network(cidr)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not a network like '203.0.113.0/24'") from None
+            if network.prefixlen == 0:
+                raise ValueError(
+                    f"{cidr!r} opens the API endpoint to the whole internet; list the networks "
+                    "that run pulumi up and kubectl"
+                )
+        return value
 
 
 class ClusterConfig(Model):
@@ -159,11 +237,48 @@ class ClusterConfig(Model):
         return (self.create or self.existing).name
 
 
+MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+WEEKDAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
+# Cron fields as EC2 Auto Scaling reads them: name, range, and the names that stand for values.
+CRON_FIELDS = (
+    ("minute", range(0, 60), {}),
+    ("hour", range(0, 24), {}),
+    ("day of month", range(1, 32), {}),
+    ("month", range(1, 13), {name: i + 1 for i, name in enumerate(MONTHS)}),
+    ("day of week", range(0, 8), {name: i for i, name in enumerate(WEEKDAYS)}),
+)
+# One item of a field's comma-separated list: `*`, `N`, `N-M`, each optionally `/STEP`.
+CRON_ITEM = re.compile(r"^(\*|(?P<low>\w+)(-(?P<high>\w+))?)(/(?P<step>[1-9]\d*))?$")
+
+
+def check_cron(expression: str) -> str:
+    """A five-field cron expression, or a ValueError naming the field that is wrong."""
+    fields = expression.split()
+    if len(fields) != len(CRON_FIELDS):
+        raise ValueError(
+            f"{expression!r} is not a cron expression of five fields (minute hour day-of-month "
+            "month day-of-week)"
+        )
+    for text, (what, allowed, names) in zip(fields, CRON_FIELDS, strict=True):
+        for item in text.split(","):
+            match = CRON_ITEM.match(item)
+            if match is None:
+                raise ValueError(f"{expression!r}: {what} {item!r} is not cron syntax")
+            ends = [match[k].upper() for k in ("low", "high") if match[k]]
+            values = [int(e) if e.isdigit() else names.get(e) for e in ends]
+            if None in values or any(v not in allowed for v in values) or values != sorted(values):
+                raise ValueError(
+                    f"{expression!r}: {what} {item!r} is not a value or ascending range within "
+                    f"{allowed[0]}-{allowed[-1]}"
+                )
+    return expression
+
+
 class ScheduledSize(Model):
     """One scheduled scaling action (UTC cron, five fields)."""
 
     name: str = Field(pattern=DNS_LABEL)
-    recurrence: str = Field(pattern=CRON)
+    recurrence: Annotated[str, AfterValidator(check_cron)]
     min_size: NonNegativeInt
     max_size: NonNegativeInt
     desired_size: NonNegativeInt
@@ -250,11 +365,6 @@ class GpuVcpuQuota(Model):
     g_family_vcpus: int | None = Field(default=None, ge=1, description="G and VT instances' vCPUs.")
 
 
-# Karpenter's alias of the NVIDIA-capable EKS AMI for Kubernetes 1.33, pinned: a new AMI is
-# rolled out by changing it (AMI drift), never by surprise.
-GPU_AMI_ALIAS = "al2023@v20251029"
-
-
 class GpuAmi(Model):
     """The AMI of every GPU node. One CPU architecture: the training image is built for it."""
 
@@ -268,14 +378,28 @@ class GpuAmi(Model):
     )
 
 
-class Principals(Model):
-    """IAM principals allowed to assume each platform role."""
+PrincipalArns = list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]]
 
-    platform_admin: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(min_length=1)
-    ml_engineer: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(
-        default_factory=list
+
+class Principals(Model):
+    """IAM principals allowed to assume each platform role (ml-engineer roles are per team:
+    `teams[].engineers`)."""
+
+    platform_admin: PrincipalArns = Field(
+        min_length=1,
+        description="Operate the platform; read and restore checkpoints, never destroy them.",
     )
-    log_reader: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(default_factory=list)
+    break_glass: PrincipalArns = Field(
+        min_length=1,
+        description="May assume, with MFA, the role that can change the checkpoint bucket's "
+        "versioning, policy and lifecycle and delete object versions (docs/deploy.md).",
+    )
+    log_reader: PrincipalArns = Field(default_factory=list)
+
+
+# How long the interruption queue keeps a message: a notice older than the spot warning itself is
+# useless.
+INTERRUPTION_QUEUE_RETENTION_SECONDS = 300
 
 
 class Alarms(Model):
@@ -283,11 +407,26 @@ class Alarms(Model):
         default=10, description="Spot interruption warnings per hour that page."
     )
     queue_age_seconds: PositiveInt = Field(
-        default=120, description="Oldest unhandled interruption event age that pages."
+        default=120,
+        description="Oldest unhandled interruption event age that pages; below the queue's "
+        f"{INTERRUPTION_QUEUE_RETENTION_SECONDS} s retention.",
     )
     gpu_idle_percent: int = Field(
-        default=50, ge=1, le=100, description="Average GPU idle share that warns."
+        default=50,
+        ge=1,
+        le=99,
+        description="Average GPU idle share that warns (at 100 no utilisation is below it).",
     )
+
+    @field_validator("queue_age_seconds")
+    @classmethod
+    def _can_fire(cls, value: int) -> int:
+        if value >= INTERRUPTION_QUEUE_RETENTION_SECONDS:
+            raise ValueError(
+                f"{value} s can never fire: the interruption queue drops messages after "
+                f"{INTERRUPTION_QUEUE_RETENTION_SECONDS} s; use a smaller age"
+            )
+        return value
 
 
 class AwsConfig(Model):
@@ -325,7 +464,8 @@ def duration_seconds(duration: str) -> int:
 
 class KueueConfig(Model):
     install: bool = Field(
-        default=True, description="Install Kueue (chart 0.19.2) with this config."
+        default=True,
+        description="Install Kueue (its chart pinned in components/versions.py) with this config.",
     )
     cohort: str = Field(default="training", pattern=DNS_LABEL)
     borrow_spot_gpus: NonNegativeInt = Field(
@@ -341,12 +481,19 @@ class KueueConfig(Model):
     backoff_max_seconds: PositiveInt = 900
 
 
+# The training image's digest before one is built and pushed: the templates refer to the stack's
+# repository, and nothing runs them yet.
+UNBUILT_IMAGE = "sha256:" + "0" * 64
+
+
 class JobTemplateConfig(Model):
     # Pinned by digest: an exact resume needs the exact code that wrote the checkpoint.
     image: str = Field(
-        default="registry.example.com/spot-training/trainer:0.1.0@sha256:" + "0" * 64,
-        pattern=r"^[a-z0-9.:/_-]+(:[A-Za-z0-9._-]+)?@sha256:[0-9a-f]{64}$",
-        description="Training image, pinned by digest (the default is a placeholder: set yours).",
+        default=UNBUILT_IMAGE,
+        pattern=r"^([a-z0-9.:/_-]+(:[A-Za-z0-9._-]+)?@)?sha256:[0-9a-f]{64}$",
+        description="Training image: a digest `sha256:...` in the stack's own image repository, "
+        "or a full reference pinned by digest. The default stands for an image not built yet "
+        "(docs/deploy.md, section 7).",
     )
     command: list[str] = Field(
         default_factory=lambda: [
@@ -385,16 +532,6 @@ class JobTemplateConfig(Model):
 
 
 class MonitoringConfig(Model):
-    namespace: str = Field(default="monitoring", pattern=DNS_LABEL)
-    prometheus_selector_labels: dict[str, str] = Field(
-        default_factory=lambda: {"release": "kube-prometheus-stack"},
-        description="Labels the Prometheus operator selects rules and monitors by.",
-    )
-    runbook_base_url: str = Field(
-        default="https://github.com/example-org/spot-training-blueprint/blob/main",
-        pattern=r"^https?://\S+$",
-        description="Where the repository's runbooks/ are browsable; alerts link below it.",
-    )
     on_demand_gpu_hour_usd: float = Field(default=4.10, gt=0)
     spot_gpu_hour_usd: float = Field(default=1.60, gt=0)
 
@@ -438,7 +575,7 @@ class StackConfig(Model):
     zones: list[str] = Field(min_length=1)
     gpu_classes: list[GpuClass] = Field(min_length=1)
     teams: list[Team] = Field(min_length=1)
-    alerts: Alerts = Field(default_factory=Alerts)
+    alerts: Alerts
     cost_tags: dict[Annotated[str, Field(pattern=TAG_KEY)], str] = Field(default_factory=dict)
     aws: AwsConfig | None = Field(default=None, validate_default=True)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
@@ -538,8 +675,9 @@ def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
     The schema first; then, on a valid document, whether its capacity can run its jobs
     (`components.capacity`: catalog, classes, quotas, fit).
     """
+    environment = raw.get("environment") if isinstance(raw, dict) else None
     try:
-        config = StackConfig.model_validate(raw)
+        config = StackConfig.model_validate(raw, context={"environment": environment})
     except ValidationError as exc:
         raise ConfigError(
             [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 
@@ -29,10 +30,17 @@ class Platform:
     # the runtime watches besides SIGTERM's.
     notice_seconds: int
     notice_sources: tuple[str, ...]
+    # Where the training image lives (registry host and repository, no tag or digest); the Job
+    # templates pin an image there by digest.
+    image_repository: pulumi.Input[str]
+    # Alertmanager receiver settings that deliver to the cloud's alert targets (AWS: the alert
+    # topic through SNS, signed with the role bound to Alertmanager's service account).
+    alert_receiver: dict[str, Any]
     # How late the drain's SIGTERM may follow the notice (the runtime subtracts it).
     notice_lag_seconds: int = 0
-    # What the Kubernetes layer must wait for before it installs anything (the cluster, and the
-    # nodes its releases schedule on).
+    # What the Kubernetes layer must wait for before it installs anything: the cluster, its
+    # add-ons, the stable nodes its Helm releases schedule on, and the cloud identities bound to
+    # the service accounts of what it installs.
     ready: list[pulumi.Resource] = field(default_factory=list)
     # Annotations the team's training service account needs for its workload identity, by team.
     service_account_annotations: dict[str, dict[str, str]] = field(default_factory=dict)

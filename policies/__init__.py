@@ -5,6 +5,7 @@ domain.
 """
 
 from policies import (
+    aws_alerts,
     aws_iam,
     aws_node_pools,
     aws_storage,
@@ -18,6 +19,7 @@ from policies import (
 ALL_POLICIES = [
     *aws_storage.POLICIES,
     *aws_iam.POLICIES,
+    *aws_alerts.POLICIES,
     *aws_node_pools.POLICIES,
     *cost_tags.POLICIES,
     *kubernetes.POLICIES,

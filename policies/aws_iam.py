@@ -146,6 +146,26 @@ def _check_no_delete_version(args, report_violation, _settings) -> None:
             )
 
 
+# Condition keys that tie a Pod Identity trust to an account or a cluster.
+POD_IDENTITY_SCOPE_KEYS = ("aws:sourceaccount", "aws:sourcearn", "aws:requesttag/eks-cluster-arn")
+
+
+def _check_pod_trust_scoped(args, report_violation, _settings) -> None:
+    if args.resource_type != ROLE:
+        return
+    for statement in statements(args.props.get("assumeRolePolicy")):
+        if not _allows(statement):
+            continue
+        if "pods.eks.amazonaws.com" not in as_list(dig(statement, "Principal", "Service")):
+            continue
+        keys = {key.lower() for test in (statement.get("Condition") or {}).values() for key in test}
+        if not keys & set(POD_IDENTITY_SCOPE_KEYS):
+            report_violation(
+                f"'{args.name}' trusts EKS Pod Identity from any account and cluster: add an "
+                "aws:SourceAccount or aws:RequestTag/eks-cluster-arn condition"
+            )
+
+
 POLICIES = [
     ResourceRule(
         "iam-no-wildcard-admin",
@@ -169,5 +189,13 @@ POLICIES = [
         "a zombie or buggy job must never destroy history.",
         _check_no_delete_version,
         MANDATORY,
+    ),
+    ResourceRule(
+        "iam-pod-identity-trust-scoped",
+        "Roles trusted by EKS Pod Identity (pods.eks.amazonaws.com) name the account or cluster "
+        "they trust (aws:SourceAccount, aws:SourceArn or aws:RequestTag/eks-cluster-arn).",
+        "Without it any cluster's Pod Identity agent that is handed the role can assume it (the "
+        "confused deputy).",
+        _check_pod_trust_scoped,
     ),
 ]

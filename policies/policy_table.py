@@ -10,11 +10,13 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from components.generated_docs import GeneratedSection
 from policies import ALL_POLICIES
 
-README = Path(__file__).with_name("README.md")
+README = GeneratedSection(
+    Path(__file__).with_name("README.md"), "policy-table", "python -m policies.policy_table"
+)
 CHECKOV_DIR = Path(__file__).with_name("checkov")
-START, END = "<!-- policy-table:start -->", "<!-- policy-table:end -->"
 
 
 def _cell(text: str) -> str:
@@ -63,21 +65,8 @@ def render_tables() -> str:
     return "\n".join(lines)
 
 
-def with_tables(readme: str) -> str:
-    before, _, rest = readme.partition(START)
-    _, _, after = rest.partition(END)
-    return f"{before}{START}\n{render_tables()}\n{END}{after}"
-
-
 def main(argv: list[str]) -> int:
-    current = README.read_text()
-    if argv == ["--check"]:
-        if current != with_tables(current):
-            print(f"{README} is stale: run python -m policies.policy_table", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(with_tables(current))
-    return 0
+    return README.regenerate(render_tables(), argv)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from typing import Annotated, Any
 
 import typer
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # The engine's marker for a value not known until the resource exists.
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -46,6 +45,13 @@ class PreviewError(Exception):
         self.crashed = crashed
 
 
+@dataclass(frozen=True)
+class Previewed:
+    resources: list[PreviewResource]
+    # (level, message) the program logged through the engine, as `pulumi preview` shows them.
+    diagnostics: list[tuple[str, str]]
+
+
 def preview_program(
     program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
 ) -> list[PreviewResource]:
@@ -54,6 +60,15 @@ def preview_program(
     `strict_deprecations` fails the preview on every deprecation pulumi-aws reports (a Python
     DeprecationWarning or an engine warning).
     """
+    return run_preview(
+        program_dir, stack, strict_deprecations=strict_deprecations, timeout=timeout
+    ).resources
+
+
+def run_preview(
+    program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
+) -> Previewed:
+    """`preview_program`, with what the program logged."""
     with tempfile.TemporaryDirectory(prefix="spotctl-preview-") as tmp:
         out = Path(tmp) / "preview.json"
         flags = ["--strict-deprecations"] if strict_deprecations else []
@@ -76,7 +91,22 @@ def preview_program(
         result = json.loads(out.read_text())
     if "error" in result:
         raise PreviewError(result["error"], crashed=process.returncode == 1)
-    return [PreviewResource(**resource) for resource in result["resources"]]
+    return Previewed(
+        [PreviewResource(**resource) for resource in result["resources"]],
+        [tuple(entry) for entry in result["diagnostics"]],
+    )
+
+
+def waits_for(resource: PreviewResource) -> list[str]:
+    """URNs of what a resource waits for before it is created: its explicit `depends_on` and the
+    resources whose outputs it consumes (the engine's dependencies), its parent and its
+    provider."""
+    found = set(resource.dependencies)
+    if resource.parent:
+        found.add(resource.parent)
+    if resource.provider:
+        found.add(resource.provider.rsplit("::", 1)[0])
+    return sorted(found)
 
 
 def resource_tree(resources: list[PreviewResource]) -> str:
@@ -101,14 +131,51 @@ def resource_tree(resources: list[PreviewResource]) -> str:
     lines = [f"     {'Type':<{width}}{'Name':<{name_width}}Plan"]
     lines += [f" +   {t:<{width}}{n:<{name_width}}create" for t, n in rows]
     lines += ["", "Resources:", f"    + {len(resources)} to create"]
+    unknown = [(r, path) for r in resources for path in unknown_inputs(r.inputs)]
+    if unknown:
+        lines += ["", "Inputs known only after deploy:"]
+        lines += [f"    {r.type} {r.name}: {path} = output<unknown>" for r, path in unknown]
     return "\n".join(lines)
+
+
+def unknown_inputs(value: Any, path: str = "") -> list[str]:
+    """Paths of the values in `value` the engine leaves unknown until the resources exist."""
+    if value == UNKNOWN:
+        return [path or "(all inputs)"]
+    if isinstance(value, dict):
+        return [
+            found
+            for key, item in value.items()
+            for found in unknown_inputs(item, f"{path}.{key}" if path else key)
+        ]
+    if isinstance(value, list):
+        return [
+            found for i, item in enumerate(value) for found in unknown_inputs(item, f"{path}[{i}]")
+        ]
+    return []
+
+
+def find_program(start: Path) -> Path:
+    """The Pulumi project `start` lies in: the nearest folder upward with a Pulumi.yaml, as the
+    Pulumi CLI finds it."""
+    for folder in (start, *start.parents):
+        if any((folder / name).is_file() for name in ("Pulumi.yaml", "Pulumi.yml")):
+            return folder
+    raise PreviewError(
+        f"no Pulumi.yaml in {start} or any folder above it: run from a Pulumi project or pass "
+        "--program"
+    )
 
 
 def command(
     stack: Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")],
     program: Annotated[
-        Path, typer.Option("--program", help="Directory with Pulumi.yaml (default: this repo).")
-    ] = REPO_ROOT,
+        Path | None,
+        typer.Option(
+            "--program",
+            help="Directory with Pulumi.yaml (default: the project the current directory is in).",
+        ),
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Also write the resources as JSON here.")
     ] = None,
@@ -125,15 +192,27 @@ def command(
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
     try:
-        resources = preview_program(program, stack)
+        program = program or find_program(Path.cwd())
+        typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
+        previewed = run_preview(program, stack)
     except PreviewError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1 if exc.crashed else 2) from None
+    resources = previewed.resources
     typer.echo(resource_tree(resources))
+    if previewed.diagnostics:
+        typer.echo("\nDiagnostics:")
+        for level, message in previewed.diagnostics:
+            typer.echo(f"    {level}: {message}")
     # Written before the policies run: a mandatory violation must not cost the plan.
     if json_path is not None:
-        keep = ("type", "name", "parent", "inputs")
-        document = {"resources": [{k: asdict(r)[k] for k in keep} for r in resources]}
+        keep = ("urn", "type", "name", "parent", "inputs")
+        document = {
+            "resources": [
+                {**{k: asdict(r)[k] for k in keep}, "dependencies": waits_for(r)} for r in resources
+            ]
+        }
+        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     if policy_pack is not None:
         check_policies(policy_pack, program, stack, resources, policy_pack_config)

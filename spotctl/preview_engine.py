@@ -27,6 +27,7 @@ from typing import Any
 import pulumi
 import yaml
 from google.protobuf import json_format
+from pulumi.output import Unknown
 from pulumi.runtime import mocks, rpc
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -41,12 +42,23 @@ class ProgramInputError(Exception):
     """The program directory or its stack files cannot be previewed as given."""
 
 
+def read_yaml(path: Path) -> Any:
+    """A YAML file's document; a syntax error is a one-line ProgramInputError naming the place."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ProgramInputError(f"{where}: not valid YAML: {problem}") from None
+
+
 def load_project(program_dir: Path) -> dict[str, Any]:
     """Pulumi.yaml of the program, with the keys the CLI defaults filled in."""
     for name in ("Pulumi.yaml", "Pulumi.yml"):
         path = program_dir / name
         if path.is_file():
-            project = yaml.safe_load(path.read_text()) or {}
+            project = read_yaml(path) or {}
             if not isinstance(project, dict) or not project.get("name"):
                 raise ProgramInputError(f"{path}: a Pulumi project file needs a 'name'")
             return project
@@ -71,7 +83,9 @@ def stack_config(path: Path, project_name: str) -> tuple[dict[str, str], list[st
     Structured values travel JSON-encoded; scalars as their string form; `secure:` values cannot
     be decrypted offline and become a placeholder marked secret.
     """
-    document = yaml.safe_load(path.read_text()) or {}
+    document = read_yaml(path) or {}
+    if not isinstance(document, dict):
+        raise ProgramInputError(f"{path}: a stack file must be a mapping with a 'config' key")
     raw = document.get("config") or {}
     if not isinstance(raw, dict):
         raise ProgramInputError(f"{path}: 'config' must be a mapping")
@@ -117,7 +131,11 @@ def _hex(seed: str, length: int) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """Wire-format property value -> JSON: secrets unwrapped, resource references as URNs."""
+    """Wire-format property value -> JSON: secrets unwrapped, resource references as URNs, values
+    not known until deploy as the engine's unknown marker (as `pulumi preview --json` writes
+    them)."""
+    if isinstance(value, Unknown):
+        return rpc.UNKNOWN
     if isinstance(value, dict):
         signature = value.get(rpc._special_sig_key)
         if signature == rpc._special_secret_sig:
@@ -305,6 +323,14 @@ def aws_outputs(args: mocks.MockResourceArgs, state: dict, region: str) -> str:
             return dashboard
         if service_resource:
             state["arn"] = _arn(service_resource[0], region, service_resource[1])
+        return name
+    if typ == "aws:ecr/repository:Repository":
+        name = state.setdefault("name", autoname.lower())
+        state.update(
+            arn=_arn("ecr", region, f"repository/{name}"),
+            registryId=ACCOUNT_ID,
+            repositoryUrl=f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{name}",
+        )
         return name
     if typ == "aws:eks/cluster:Cluster":
         eks_cluster_state(state.setdefault("name", autoname), region, state)

@@ -24,9 +24,9 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from spotctl.preview import REPO_ROOT, UNKNOWN, PreviewError, PreviewResource, preview_program
+from components.versions import KUBERNETES_VERSION
+from spotctl.preview import UNKNOWN, PreviewError, PreviewResource, find_program, preview_program
 
-KUBERNETES_VERSION = "1.33"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 TEMPLATES_CONFIGMAP = "training-job-templates"
 OUTPUT_FOLDERS = ("manifests", "helm", "templates")
@@ -214,8 +214,12 @@ def command(
     stack: Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")],
     out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.")],
     program: Annotated[
-        Path, typer.Option("--program", help="Directory with Pulumi.yaml (default: this repo).")
-    ] = REPO_ROOT,
+        Path | None,
+        typer.Option(
+            "--program",
+            help="Directory with Pulumi.yaml (default: the project the current directory is in).",
+        ),
+    ] = None,
     check: Annotated[
         bool, typer.Option("--validate", help="Validate every object; exit 4 on a problem.")
     ] = False,
@@ -232,8 +236,8 @@ def command(
         typer.echo(f"error: --out {out} exists and is not a directory", err=True)
         raise typer.Exit(2)
     try:
-        rendered = render_stack(program, stack)
-    except RenderError as exc:
+        rendered = render_stack(program or find_program(Path.cwd()), stack)
+    except (RenderError, PreviewError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     written = write(rendered, out)

@@ -1,10 +1,13 @@
-"""Shared fixtures: real local object-store servers and the third-party schemas."""
+"""Shared fixtures: real local object-store servers, the third-party schemas, and copies of the
+program with a stack of given config values."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from spotsafe.local_servers import LOCAL_AWS_ENV, gcs_server, s3_server
 from stack_files import REPO_ROOT
 
@@ -37,3 +40,19 @@ def gcs_endpoint() -> str:
 def shared_schemas() -> Path:
     assert SHARED_SCHEMAS.is_dir(), f"third-party schemas not found at {SHARED_SCHEMAS}"
     return SHARED_SCHEMAS
+
+
+@pytest.fixture
+def program_copy(tmp_path: Path) -> Callable[[str, dict], Path]:
+    """A copy of this repository's program whose only stack has the given config values."""
+
+    def make(stack: str, values: dict) -> Path:
+        (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
+        (tmp_path / "__main__.py").symlink_to(REPO_ROOT / "__main__.py")
+        config = {f"spot-training:{key}": value for key, value in values.items()}
+        (tmp_path / "stacks").mkdir(exist_ok=True)
+        stack_file = tmp_path / "stacks" / f"Pulumi.{stack}.yaml"
+        stack_file.write_text(yaml.safe_dump({"config": config}))
+        return tmp_path
+
+    return make

@@ -1,7 +1,9 @@
-"""The EKS cluster: created with its network, or attached to an existing one.
+"""The EKS cluster: created with its network and network add-ons, or attached to an existing one.
 
-Either way the component exposes the same outputs: the cluster name, the subnets for node
-groups, and a kubeconfig for a pulumi_kubernetes Provider.
+Either way the component exposes the same outputs: the cluster name, ARN and Kubernetes version
+(node groups follow it), the subnets for node groups, and a kubeconfig for a pulumi_kubernetes
+Provider. `network_addons` is what a node needs before it can join (empty for an attached
+cluster, whose owner manages its add-ons).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.aws.addons import NETWORK_ADDONS, ClusterAddons, ClusterAddonsArgs
 from components.aws.network import Network, NetworkArgs
 from components.config import ExistingCluster, NewCluster
+from components.versions import KUBERNETES_RELEASES, UPGRADE_SUPPORT_TYPE
 
 # Control-plane logs that answer "who changed what" during an incident.
 CLUSTER_LOG_TYPES = ["api", "audit", "authenticator"]
@@ -45,6 +49,7 @@ class ClusterArgs:
 class Cluster(pulumi.ComponentResource):
     name: pulumi.Output[str]
     arn: pulumi.Output[str]
+    version: pulumi.Output[str]
     endpoint: pulumi.Output[str]
     certificate_authority: pulumi.Output[str]
     node_subnet_ids: pulumi.Output[list[str]]
@@ -56,6 +61,7 @@ class Cluster(pulumi.ComponentResource):
         self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:cluster:Cluster", name, None, opts)
+        self.network_addons: list[pulumi.Resource] = []
         if args.create is not None:
             self._create(name, args, args.create)
         else:
@@ -69,6 +75,7 @@ class Cluster(pulumi.ComponentResource):
             {
                 "name": self.name,
                 "arn": self.arn,
+                "version": self.version,
                 "endpoint": self.endpoint,
                 "node_subnet_ids": self.node_subnet_ids,
                 "node_security_group_ids": self.node_security_group_ids,
@@ -129,19 +136,26 @@ class Cluster(pulumi.ComponentResource):
             },
             encryption_config={"resources": ["secrets"], "provider": {"key_arn": secrets_key.arn}},
             enabled_cluster_log_types=CLUSTER_LOG_TYPES,
-            upgrade_policy={"support_type": "STANDARD"},
+            upgrade_policy={"support_type": UPGRADE_SUPPORT_TYPE},
+            # The stack manages the CNI, kube-proxy and CoreDNS as EKS add-ons at pinned versions.
+            bootstrap_self_managed_addons=False,
             tags=args.tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
         )
-        # Pod Identity is how training pods get their team role; no long-lived keys anywhere.
-        aws.eks.Addon(
-            f"{name}-pod-identity-agent",
-            cluster_name=cluster.name,
-            addon_name="eks-pod-identity-agent",
-            tags=args.tags,
-            opts=child,
-        )
-        self.name, self.arn = cluster.name, cluster.arn
+        # The Pod Identity agent is how pods get their roles; no long-lived keys anywhere.
+        self.network_addons = [
+            ClusterAddons(
+                f"{name}-network-addons",
+                ClusterAddonsArgs(
+                    cluster_name=cluster.name,
+                    release=KUBERNETES_RELEASES[create.version],
+                    names=NETWORK_ADDONS,
+                    tags=args.tags,
+                ),
+                opts=child,
+            )
+        ]
+        self.name, self.arn, self.version = cluster.name, cluster.arn, cluster.version
         self.endpoint = cluster.endpoint
         self.certificate_authority = cluster.certificate_authority.apply(lambda ca: ca.data)
         self.node_subnet_ids = network.private_subnet_ids
@@ -153,7 +167,7 @@ class Cluster(pulumi.ComponentResource):
         found = aws.eks.get_cluster_output(
             name=existing.name, opts=pulumi.InvokeOutputOptions(parent=self)
         )
-        self.name, self.arn = found.name, found.arn
+        self.name, self.arn, self.version = found.name, found.arn, found.version
         self.endpoint = found.endpoint
         self.certificate_authority = found.certificate_authorities.apply(lambda cas: cas[0].data)
         self.node_subnet_ids = pulumi.Output.from_input(list(existing.subnet_ids))

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.config import INTERRUPTION_QUEUE_RETENTION_SECONDS
+
 # Rule suffix -> EventBridge pattern: the events Karpenter's interruption handling reads.
 EVENT_PATTERNS = {
     "spot-interruption": {
@@ -31,8 +33,6 @@ EVENT_PATTERNS = {
         "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
     },
 }
-# A notice older than the spot warning itself is useless; do not let the queue hoard them.
-MESSAGE_RETENTION_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class InterruptionQueue(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         queue = aws.sqs.Queue(
             f"{name}-queue",
-            message_retention_seconds=MESSAGE_RETENTION_SECONDS,
+            message_retention_seconds=INTERRUPTION_QUEUE_RETENTION_SECONDS,
             sqs_managed_sse_enabled=True,
             tags=args.tags,
             opts=child,

@@ -27,17 +27,13 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.iam import NodeRole, NodeRoleArgs, trust_policy
+from components.aws.iam import NodeRole, NodeRoleArgs, PodIdentity, pod_identity_role
 from components.capacity import MAX_PODS
-from components.k8s.objects import Chart, custom_resource, helm_release
+from components.k8s.objects import custom_resource, helm_release
 from components.pools import ClassPool
+from components.versions import KARPENTER, KARPENTER_CRD
 
-CHART_VERSION = "1.14.1"
-CHART = Chart("karpenter", "oci://public.ecr.aws/karpenter/karpenter", CHART_VERSION)
-# The CRDs as a chart of their own, so that an upgrade updates them (Helm never does for a
-# chart's crds/ folder).
-CRD_CHART = Chart("karpenter-crd", "oci://public.ecr.aws/karpenter/karpenter-crd", CHART_VERSION)
-NAMESPACE = "kube-system"
+NAMESPACE = KARPENTER.namespace
 SERVICE_ACCOUNT = "karpenter"
 NODE_POOL_API = "karpenter.sh/v1"
 NODE_CLASS_API = "karpenter.k8s.aws/v1"
@@ -73,7 +69,9 @@ class KarpenterIdentity(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:karpenter:KarpenterIdentity", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        nodes = NodeRole(f"{name}-node", NodeRoleArgs(tags=args.tags), opts=child)
+        nodes = NodeRole(
+            f"{name}-node", NodeRoleArgs(cluster_name=args.cluster_name, tags=args.tags), opts=child
+        )
         aws.eks.AccessEntry(
             f"{name}-node",
             cluster_name=args.cluster_name,
@@ -82,30 +80,16 @@ class KarpenterIdentity(pulumi.ComponentResource):
             tags=args.tags,
             opts=child,
         )
-        controller = aws.iam.Role(
+        controller = pod_identity_role(
             f"{name}-controller",
-            assume_role_policy=trust_policy({"Service": "pods.eks.amazonaws.com"}),
-            tags=args.tags,
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-controller",
-            role=controller.id,
+            PodIdentity(args.cluster_name, args.cluster_arn, NAMESPACE, SERVICE_ACCOUNT),
             policy=pulumi.Output.json_dumps(
                 pulumi.Output.all(
                     args.cluster_name, args.cluster_arn, args.interruption_queue_arn, nodes.arn
                 ).apply(lambda values: controller_policy(*values, region=args.region))
             ),
-            opts=child,
-        )
-        aws.eks.PodIdentityAssociation(
-            f"{name}-controller",
-            cluster_name=args.cluster_name,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-            role_arn=controller.arn,
             tags=args.tags,
-            opts=child,
+            parent=self,
         )
         self.node_role_name, self.controller_role_arn = nodes.name, controller.arn
         self.register_outputs(
@@ -311,8 +295,6 @@ class KarpenterArgs:
     # The stable managed node group's labels: the controller runs there, never on its own nodes.
     controller_node_labels: Mapping[str, str] = field(default_factory=dict)
     controller_replicas: int = 2
-    # Labels the Prometheus operator selects ServiceMonitors by.
-    monitor_labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.pools:
@@ -329,7 +311,7 @@ class KarpenterArgs:
 
 
 def controller_values(args: KarpenterArgs) -> dict:
-    """Chart values; every key exists in the chart's values.yaml of CHART_VERSION."""
+    """Chart values; every key exists in the chart's values.yaml of KARPENTER's version."""
     return {
         "settings": {
             "clusterName": args.cluster_name,
@@ -347,7 +329,8 @@ def controller_values(args: KarpenterArgs) -> dict:
                 "limits": {"memory": "1Gi"},
             },
         },
-        "serviceMonitor": {"enabled": True, "additionalLabels": dict(args.monitor_labels)},
+        # Prometheus selects every ServiceMonitor (components/k8s/monitoring.py).
+        "serviceMonitor": {"enabled": True},
     }
 
 
@@ -472,11 +455,10 @@ class Karpenter(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:karpenter:Karpenter", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        crds = helm_release(f"{name}-crd", CRD_CHART, NAMESPACE, {}, child)
+        crds = helm_release(f"{name}-crd", KARPENTER_CRD, {}, child)
         controller = helm_release(
             f"{name}-controller",
-            CHART,
-            NAMESPACE,
+            KARPENTER,
             controller_values(args),
             pulumi.ResourceOptions(parent=self, depends_on=[crds]),
             skip_crds=True,

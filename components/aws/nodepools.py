@@ -37,6 +37,8 @@ class ManagedNodeGroupPoolArgs:
     cluster_name: pulumi.Input[str]
     node_role_arn: pulumi.Input[str]
     subnet_ids: pulumi.Input[list[str]]
+    # The control plane's Kubernetes version: nodes follow it when it is upgraded.
+    kubernetes_version: pulumi.Input[str]
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,6 +93,7 @@ class ManagedNodeGroupPool(pulumi.ComponentResource):
             cluster_name=args.cluster_name,
             node_role_arn=args.node_role_arn,
             subnet_ids=args.subnet_ids,
+            version=args.kubernetes_version,
             capacity_type="ON_DEMAND",
             instance_types=list(spec.instance_types),
             ami_type=AMI_TYPES[(spec.architecture, spec.gpus)],

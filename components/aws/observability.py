@@ -1,22 +1,26 @@
-"""Observability: a CloudWatch dashboard and metric alarms that notify an SNS topic.
+"""Observability: a CloudWatch dashboard, metric alarms, and the alert topic they publish to.
 
-Shows interruptions per hour, pool sizes and idle GPU capacity; every alarm names its runbook.
+The topic is encrypted with a key of its own whose policy lets CloudWatch publish (the
+AWS-managed SNS key does not), and it is where Alertmanager delivers too, through a role bound
+to its service account. Every alarm names its runbook.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
+from components.aws.iam import PodIdentity, pod_identity_role
+
 RUNBOOKS = "runbooks/aws"  # below the runbook base URL
-# Container Insights (with GPU metrics) comes from this EKS add-on.
-OBSERVABILITY_ADDON = "amazon-cloudwatch-observability"
 
 
 @dataclass(frozen=True)
 class ObservabilityArgs:
+    account_id: pulumi.Input[str]
     cluster_name: pulumi.Input[str]
     region: str
     spot_interruption_rule: pulumi.Input[str]
@@ -24,18 +28,75 @@ class ObservabilityArgs:
     interruption_queue: pulumi.Input[str]
     pool_groups: dict[str, pulumi.Input[str]]  # tier -> autoscaling group name
     runbook_base_url: str
-    emails: list[str] = field(default_factory=list)
+    emails: list[str]
+    # Alertmanager's service account: it publishes to the alert topic.
+    alertmanager: PodIdentity | None = None
     interruptions_per_hour: int = 10
     queue_age_seconds: int = 120
     gpu_idle_percent: int = 50
+    kms_deletion_window_days: int = 30
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.gpu_idle_percent <= 100:
-            raise ValueError("ObservabilityArgs.gpu_idle_percent: between 1 and 100")
+        if not self.emails:
+            raise ValueError("ObservabilityArgs.emails: at least one, or alarms reach no one")
+        if not 1 <= self.gpu_idle_percent <= 99:
+            raise ValueError("ObservabilityArgs.gpu_idle_percent: between 1 and 99")
         for attr in ("interruptions_per_hour", "queue_age_seconds"):
             if getattr(self, attr) < 1:
                 raise ValueError(f"ObservabilityArgs.{attr}: must be at least 1")
+
+
+def alert_key_policy(account_id: str) -> dict:
+    """The account administers the key (through IAM); CloudWatch may use it to publish alarms."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "AccountAdministersThroughIam",
+                "Effect": "Allow",
+                "Principal": {"AWS": f"arn:aws:iam::{account_id}:root"},
+                "Action": "kms:*",
+                "Resource": "*",
+            },
+            {
+                "Sid": "CloudWatchAlarmsPublish",
+                "Effect": "Allow",
+                "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
+                "Resource": "*",
+            },
+        ],
+    }
+
+
+def alert_topic_policy(topic_arn: str, account_id: str, region: str) -> dict:
+    """This account's alarms may publish; nothing may talk to the topic without TLS."""
+    alarms = f"arn:aws:cloudwatch:{region}:{account_id}:alarm:*"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "CloudWatchAlarmsPublish",
+                "Effect": "Allow",
+                "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                "Action": "sns:Publish",
+                "Resource": topic_arn,
+                "Condition": {
+                    "ArnLike": {"aws:SourceArn": alarms},
+                    "StringEquals": {"aws:SourceAccount": account_id},
+                },
+            },
+            {
+                "Sid": "DenyInsecureTransport",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "sns:*",
+                "Resource": topic_arn,
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+        ],
+    }
 
 
 class Observability(pulumi.ComponentResource):
@@ -47,8 +108,27 @@ class Observability(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:observability:Observability", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        key = aws.kms.Key(
+            f"{name}-alerts-key",
+            description="Alert topic encryption (CloudWatch alarms and Alertmanager publish)",
+            enable_key_rotation=True,
+            deletion_window_in_days=args.kms_deletion_window_days,
+            policy=pulumi.Output.from_input(args.account_id).apply(
+                lambda account: json.dumps(alert_key_policy(account))
+            ),
+            tags=args.tags,
+            opts=child,
+        )
         topic = aws.sns.Topic(
-            f"{name}-alerts", kms_master_key_id="alias/aws/sns", tags=args.tags, opts=child
+            f"{name}-alerts", kms_master_key_id=key.arn, tags=args.tags, opts=child
+        )
+        aws.sns.TopicPolicy(
+            f"{name}-alerts-policy",
+            arn=topic.arn,
+            policy=pulumi.Output.all(topic.arn, args.account_id).apply(
+                lambda values: json.dumps(alert_topic_policy(*values, args.region))
+            ),
+            opts=child,
         )
         for index, email in enumerate(args.emails):
             aws.sns.TopicSubscription(
@@ -58,13 +138,32 @@ class Observability(pulumi.ComponentResource):
                 endpoint=email,
                 opts=child,
             )
-        aws.eks.Addon(
-            f"{name}-container-insights",
-            cluster_name=args.cluster_name,
-            addon_name=OBSERVABILITY_ADDON,
-            tags=args.tags,
-            opts=child,
-        )
+        if args.alertmanager is not None:
+            pod_identity_role(
+                f"{name}-alertmanager",
+                args.alertmanager,
+                policy=pulumi.Output.json_dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Sid": "PublishAlerts",
+                                "Effect": "Allow",
+                                "Action": "sns:Publish",
+                                "Resource": topic.arn,
+                            },
+                            {
+                                "Sid": "UseAlertKey",
+                                "Effect": "Allow",
+                                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                                "Resource": key.arn,
+                            },
+                        ],
+                    }
+                ),
+                tags=args.tags,
+                parent=self,
+            )
         alarms = {
             "SpotInterruptionsHigh": {
                 "namespace": "AWS/Events",
@@ -88,7 +187,7 @@ class Observability(pulumi.ComponentResource):
                 "threshold": args.queue_age_seconds,
                 "comparison_operator": "GreaterThanThreshold",
                 "treat_missing_data": "notBreaching",
-                "why": "the node termination handler is not draining interruption notices",
+                "why": "Karpenter is not consuming interruption notices",
             },
             "GpuIdleHigh": {
                 "namespace": "ContainerInsights",

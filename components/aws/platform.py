@@ -1,16 +1,24 @@
-"""The AWS half of the platform: everything the cloud provides, handed on as one `Platform`."""
+"""The AWS half of the platform: everything the cloud provides, handed on as one `Platform`.
+
+Order on an empty account: network and cluster, its network add-ons, the node groups, the add-ons
+that run on nodes; storage, identities, the image repository, quotas, interruption plumbing and
+alarms alongside. The Kubernetes layer waits for `Platform.ready`.
+"""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_aws as aws
 
+from components.aws.addons import NODE_ADDONS, ClusterAddons, ClusterAddonsArgs
 from components.aws.cluster import Cluster, ClusterArgs
 from components.aws.iam import (
     NodeRole,
     NodeRoleArgs,
     PlatformRoles,
     PlatformRolesArgs,
+    PodIdentity,
+    TeamEngineers,
     TeamTrainingRole,
     TeamTrainingRoleArgs,
 )
@@ -25,21 +33,27 @@ from components.aws.karpenter import (
 from components.aws.nodepools import ManagedNodeGroupPool, ManagedNodeGroupPoolArgs
 from components.aws.observability import Observability, ObservabilityArgs
 from components.aws.quotas import GpuQuotas, GpuQuotasArgs
+from components.aws.registry import ImageRepository, ImageRepositoryArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
 from components.config import NOTICE_SOURCES, GpuVcpuQuota, StackConfig
+from components.k8s import monitoring
 from components.platform import Platform
 from components.pools import CAPACITIES, class_pools, pool_specs
 from components.tags import cost_tags
+from components.versions import KUBERNETES_RELEASES
 
 
 def build_aws(settings: StackConfig) -> Platform:
-    """Network, cluster, pools, checkpoint bucket, identities, quotas, interruption plumbing and
-    alarms of an AWS stack; the Kubernetes layer gets them as one `Platform`, with Karpenter and
-    its GPU pools as an add-on it builds on the cluster."""
+    """Network, cluster, add-ons, pools, checkpoint bucket, identities, image repository, quotas,
+    interruption plumbing and alarms of an AWS stack; the Kubernetes layer gets them as one
+    `Platform`, with Karpenter and its GPU pools as an add-on it builds on the cluster."""
     aws_config, env = settings.aws, settings.environment
     tags = cost_tags(settings.cost_tags, env)
     provider = aws.Provider("aws", region=settings.region, default_tags={"tags": tags})
     opts = pulumi.ResourceOptions(providers=[provider])
+    account_id = aws.get_caller_identity_output(
+        opts=pulumi.InvokeOutputOptions(provider=provider)
+    ).account_id
 
     cluster = Cluster(
         env,
@@ -52,7 +66,10 @@ def build_aws(settings: StackConfig) -> Platform:
         ),
         opts=opts,
     )
-    node_role = NodeRole(f"{env}-node", NodeRoleArgs(tags=tags), opts=opts)
+    node_role = NodeRole(
+        f"{env}-node", NodeRoleArgs(cluster_name=aws_config.cluster.name, tags=tags), opts=opts
+    )
+    # Nodes join only once the network add-ons are there.
     pools = {
         spec.tier: ManagedNodeGroupPool(
             f"{env}-{spec.tier}",
@@ -61,12 +78,28 @@ def build_aws(settings: StackConfig) -> Platform:
                 cluster_name=cluster.name,
                 node_role_arn=node_role.arn,
                 subnet_ids=cluster.node_subnet_ids,
+                kubernetes_version=cluster.version,
                 tags=cost_tags(settings.cost_tags, env, capacity=spec.capacity),
             ),
-            opts=opts,
+            opts=pulumi.ResourceOptions(providers=[provider], depends_on=cluster.network_addons),
         )
         for spec in pool_specs(settings)
     }
+    ready: list[pulumi.Resource] = [cluster, pools["stable"]]
+    create = aws_config.cluster.create
+    if create is not None:
+        ready.append(
+            ClusterAddons(
+                f"{env}-node-addons",
+                ClusterAddonsArgs(
+                    cluster_name=cluster.name,
+                    release=KUBERNETES_RELEASES[create.version],
+                    names=NODE_ADDONS,
+                    tags=tags,
+                ),
+                opts=pulumi.ResourceOptions(providers=[provider], depends_on=[pools["stable"]]),
+            )
+        )
     storage = aws_config.checkpoint_storage
     bucket = CheckpointBucket(
         f"{env}-checkpoints",
@@ -87,11 +120,13 @@ def build_aws(settings: StackConfig) -> Platform:
             TeamTrainingRoleArgs(
                 team=team.name,
                 cluster_name=cluster.name,
+                cluster_arn=cluster.arn,
                 namespace=team.namespace,
                 service_account=team.service_account,
                 bucket_arn=bucket.arn,
                 prefix=team.checkpoint_prefix,
                 kms_key_arn=bucket.kms_key_arn,
+                region=settings.region,
                 tags=cost_tags(settings.cost_tags, env, team=team.name),
             ),
             opts=opts,
@@ -99,18 +134,28 @@ def build_aws(settings: StackConfig) -> Platform:
         for team in settings.teams
     }
     principals = aws_config.principals
-    PlatformRoles(
+    roles = PlatformRoles(
         f"{env}-roles",
         PlatformRolesArgs(
             cluster_name=aws_config.cluster.name,
             cluster_arn=cluster.arn,
             bucket_arn=bucket.arn,
+            checkpoint_key_arn=bucket.kms_key_arn,
             team_namespaces=[team.namespace for team in settings.teams],
             platform_admin=principals.platform_admin,
-            ml_engineer=principals.ml_engineer,
+            break_glass=principals.break_glass,
+            engineers=tuple(
+                TeamEngineers(team.name, team.namespace, tuple(team.engineers))
+                for team in settings.teams
+            ),
             log_reader=principals.log_reader,
             tags=tags,
         ),
+        opts=opts,
+    )
+    repository = ImageRepository(
+        f"{env}-training-image",
+        ImageRepositoryArgs(repository_name=f"{aws_config.cluster.name}/trainer", tags=tags),
         opts=opts,
     )
     GpuQuotas(
@@ -152,20 +197,26 @@ def build_aws(settings: StackConfig) -> Platform:
         controller_node_labels=stable.spec.labels,
         # Two replicas on two stable nodes (the chart spreads them across nodes), one on one.
         controller_replicas=min(2, stable.spec.min_size),
-        monitor_labels=settings.kubernetes.monitoring.prometheus_selector_labels,
     )
     alarms = aws_config.alarms
     observability = Observability(
         f"{env}-observability",
         ObservabilityArgs(
+            account_id=account_id,
             cluster_name=cluster.name,
             region=settings.region,
             spot_interruption_rule=interruption.rule_names["spot-interruption"],
             rebalance_rule=interruption.rule_names["rebalance"],
             interruption_queue=interruption.queue_name,
             pool_groups={tier: pool.autoscaling_group_name for tier, pool in pools.items()},
-            runbook_base_url=settings.kubernetes.monitoring.runbook_base_url,
+            runbook_base_url=settings.alerts.runbook_base_url,
             emails=settings.alerts.emails,
+            alertmanager=PodIdentity(
+                cluster_name=cluster.name,
+                cluster_arn=cluster.arn,
+                namespace=monitoring.NAMESPACE,
+                service_account=monitoring.ALERTMANAGER_SERVICE_ACCOUNT,
+            ),
             interruptions_per_hour=alarms.interruptions_per_hour,
             queue_age_seconds=alarms.queue_age_seconds,
             gpu_idle_percent=alarms.gpu_idle_percent,
@@ -178,7 +229,9 @@ def build_aws(settings: StackConfig) -> Platform:
     pulumi.export("checkpoint_bucket", bucket.bucket)
     pulumi.export("interruption_queue_url", interruption.queue_url)
     pulumi.export("training_role_arns", {name: role.arn for name, role in team_roles.items()})
+    pulumi.export("role_arns", roles.arns)
     pulumi.export("alert_topic_arn", observability.topic_arn)
+    pulumi.export("image_repository", repository.url)
     pulumi.export(
         "pool_autoscaling_groups",
         {tier: pool.autoscaling_group_name for tier, pool in pools.items()},
@@ -196,8 +249,19 @@ def build_aws(settings: StackConfig) -> Platform:
         notice_seconds=settings.kubernetes.notice_for("aws"),
         notice_sources=NOTICE_SOURCES["aws"],
         notice_lag_seconds=settings.kubernetes.notice_lag_for("aws"),
-        # Karpenter's controller runs on the stable nodes: nothing installs before they exist.
-        ready=[cluster, stable],
+        image_repository=repository.url,
+        alert_receiver={
+            "sns_configs": [
+                {
+                    "topic_arn": observability.topic_arn,
+                    "sigv4": {"region": settings.region},
+                    "send_resolved": True,
+                }
+            ]
+        },
+        # Pods get a Pod Identity role only if its association exists when they start: the
+        # Karpenter controller's and Alertmanager's come first.
+        ready=[*ready, karpenter_identity, observability],
         addons={"karpenter": lambda name, opts: Karpenter(name, karpenter, opts)},
         training_pod_annotations=DO_NOT_DISRUPT,
     )

@@ -90,7 +90,9 @@ class CheckpointBucket(pulumi.ComponentResource):
                         "sse_algorithm": "aws:kms",
                         "kms_master_key_id": key.arn,
                     },
-                    "bucket_key_enabled": True,
+                    # No S3 Bucket Key: with one, KMS sees the bucket, not the object, and the
+                    # team roles' key grants could not be confined to their prefixes.
+                    "bucket_key_enabled": False,
                 }
             ],
             opts=child,

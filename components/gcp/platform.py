@@ -150,7 +150,7 @@ def build_gcp(settings: GcpStackConfig) -> Platform:
         ObservabilityArgs(
             project=project,
             cluster_name=cluster.name,
-            runbook_base_url=settings.kubernetes.monitoring.runbook_base_url,
+            runbook_base_url=settings.alerts.runbook_base_url,
             emails=settings.alerts.emails,
             preemptions_per_hour=gcp_config.alarms.preemptions_per_hour,
             gpu_idle_percent=gcp_config.alarms.gpu_idle_percent,

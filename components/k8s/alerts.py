@@ -6,7 +6,7 @@ The rules are the promtool-tested file `rules/spot-training.rules.yaml`; each al
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
@@ -36,8 +36,6 @@ class AlertRulesArgs:
     namespace: str
     runbook_base_url: str
     team_namespaces: tuple[str, ...]
-    # Labels the Prometheus operator selects rules and monitors by.
-    selector_labels: dict[str, str] = field(default_factory=dict)
 
 
 class AlertRules(pulumi.ComponentResource):
@@ -46,7 +44,7 @@ class AlertRules(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:alerts:AlertRules", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        labels = {"app.kubernetes.io/part-of": "spot-training", **args.selector_labels}
+        labels = {"app.kubernetes.io/part-of": "spot-training"}
         k8s.apiextensions.CustomResource(
             f"{name}-rules",
             api_version="monitoring.coreos.com/v1",

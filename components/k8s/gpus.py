@@ -8,27 +8,13 @@ exporter feeds the GPU-utilisation metrics that the idle alerts and the dashboar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pulumi
 
-from components.k8s.objects import Chart, helm_release
+from components.k8s.objects import helm_release
 from components.pools import GPU_CLASS_LABEL, SPOT_TAINT
-
-NAMESPACE = "kube-system"
-DEVICE_PLUGIN = Chart(
-    "nvidia-device-plugin",
-    "nvidia-device-plugin",
-    "0.20.0",
-    "https://nvidia.github.io/k8s-device-plugin",
-)
-DCGM_EXPORTER = Chart(
-    "dcgm-exporter",
-    "dcgm-exporter",
-    "4.1.3",
-    "https://nvidia.github.io/dcgm-exporter/helm-charts",
-)
+from components.versions import DCGM_EXPORTER, NVIDIA_DEVICE_PLUGIN
 
 # Every GPU node, whatever its class and capacity type.
 GPU_NODES = {
@@ -54,19 +40,18 @@ GPU_NODE_TOLERATIONS = [
 
 @dataclass(frozen=True)
 class GpuAgentsArgs:
-    # Labels the Prometheus operator selects ServiceMonitors by.
-    monitor_labels: Mapping[str, str] = field(default_factory=dict)
     device_plugin: bool = True
 
 
 def device_plugin_values() -> dict:
-    """Chart values; every key exists in the chart's values.yaml of DEVICE_PLUGIN's version."""
+    """Chart values; every key exists in the chart's values.yaml of NVIDIA_DEVICE_PLUGIN's
+    version."""
     # The chart's default affinity waits for node-feature-discovery labels, which these nodes
     # never get (NFD is not installed): select the GPU class label instead.
     return {"affinity": GPU_NODES, "tolerations": GPU_NODE_TOLERATIONS}
 
 
-def dcgm_exporter_values(args: GpuAgentsArgs) -> dict:
+def dcgm_exporter_values() -> dict:
     """Chart values; every key exists in the chart's values.yaml of DCGM_EXPORTER's version."""
     return {
         "affinity": GPU_NODES,
@@ -75,11 +60,8 @@ def dcgm_exporter_values(args: GpuAgentsArgs) -> dict:
             "requests": {"cpu": "100m", "memory": "256Mi"},
             "limits": {"memory": "512Mi"},
         },
-        "serviceMonitor": {
-            "enabled": True,
-            "interval": "30s",
-            "additionalLabels": dict(args.monitor_labels),
-        },
+        # Prometheus selects every ServiceMonitor (components/k8s/monitoring.py).
+        "serviceMonitor": {"enabled": True, "interval": "30s"},
     }
 
 
@@ -91,9 +73,7 @@ class GpuAgents(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         if args.device_plugin:
             helm_release(
-                f"{name}-device-plugin", DEVICE_PLUGIN, NAMESPACE, device_plugin_values(), child
+                f"{name}-device-plugin", NVIDIA_DEVICE_PLUGIN, device_plugin_values(), child
             )
-        helm_release(
-            f"{name}-dcgm-exporter", DCGM_EXPORTER, NAMESPACE, dcgm_exporter_values(args), child
-        )
+        helm_release(f"{name}-dcgm-exporter", DCGM_EXPORTER, dcgm_exporter_values(), child)
         self.register_outputs({})

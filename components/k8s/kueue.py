@@ -27,14 +27,13 @@ import yaml
 
 from components.config import KueueConfig
 from components.k8s.jobs import EFA_RESOURCE
-from components.k8s.objects import Chart, custom_resource, helm_release
+from components.k8s.objects import custom_resource, helm_release
 from components.k8s.placement import class_placement
 from components.pools import CAPACITIES, Capacity
+from components.versions import KUEUE
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
-CHART = Chart("kueue", "oci://registry.k8s.io/kueue/charts/kueue", "0.19.2")
-NAMESPACE = "kueue-system"
 LOCAL_QUEUE = "training"
 
 
@@ -211,7 +210,8 @@ class KueueQueues(pulumi.ComponentResource):
         self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:kueue:KueueQueues", name, None, opts)
-        # Children wait for what the component waits for: the namespaces the LocalQueues live in.
+        # Children wait for what the component waits for: the namespaces the LocalQueues live
+        # in, and the monitoring stack whose ServiceMonitor CRD Kueue's chart uses.
         depends: list[pulumi.Resource] = list(opts.depends_on or []) if opts else []
         if args.settings.install:
             values = {
@@ -225,10 +225,9 @@ class KueueQueues(pulumi.ComponentResource):
             depends.append(
                 helm_release(
                     f"{name}-kueue",
-                    CHART,
-                    NAMESPACE,
+                    KUEUE,
                     values,
-                    pulumi.ResourceOptions(parent=self),
+                    pulumi.ResourceOptions(parent=self, depends_on=list(depends)),
                     create_namespace=True,
                 )
             )

@@ -1,7 +1,12 @@
 """The whole Kubernetes layer of a stack, from its typed config and the cloud's `Platform`.
 
 Cloud-neutral: what a cloud adds on the cluster (EKS: Karpenter and its GPU pools) comes as the
-platform's add-ons, built here first. `build_kubernetes` puts it all on the platform's cluster.
+platform's add-ons. It comes up in order, each step waiting for what it needs: the monitoring
+stack (the CRDs of every monitor and rule), then what schedules GPU nodes and runs on them (the
+platform's add-ons, the device plugin and DCGM exporter), the platform services (Kueue, alert
+rules, the dashboard), then the teams' namespaces, queues, rendezvous stores and templates. The
+layer as a whole waits for the platform to be ready (`Platform.ready`: the cluster, its add-ons,
+the stable nodes the releases schedule on, and the identities of what the layer installs).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity import efa_interfaces, template_class
-from components.config import StackConfig, duration_seconds
+from components.config import UNBUILT_IMAGE, StackConfig, duration_seconds
 from components.k8s import rendezvous
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
@@ -26,6 +31,8 @@ from components.k8s.kueue import (
     KueueQueues,
     TeamQueue,
 )
+from components.k8s.monitoring import NAMESPACE as MONITORING
+from components.k8s.monitoring import MonitoringStack, MonitoringStackArgs
 from components.k8s.namespaces import TeamNamespace, TeamNamespaceArgs
 from components.k8s.placement import STABLE, class_placement
 from components.k8s.priorities import Priorities, PrioritiesArgs
@@ -46,6 +53,13 @@ class KubernetesLayerArgs:
             raise ValueError(f"no checkpoint root for teams {missing}")
 
 
+def training_image(image: str, repository: pulumi.Input[str]) -> pulumi.Input[str]:
+    """A full reference as configured, or a bare digest in the platform's image repository."""
+    if "@" in image:
+        return image
+    return pulumi.Output.concat(repository, "@", image)
+
+
 class KubernetesLayer(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: KubernetesLayerArgs, opts: pulumi.ResourceOptions | None = None
@@ -54,15 +68,25 @@ class KubernetesLayer(pulumi.ComponentResource):
         config, platform = args.settings, args.platform
         s = config.kubernetes
         child = pulumi.ResourceOptions(parent=self)
-        for suffix, build in platform.addons.items():
-            build(f"{name}-{suffix}", child)
-        GpuAgents(
-            f"{name}-gpus",
-            GpuAgentsArgs(
-                monitor_labels=dict(s.monitoring.prometheus_selector_labels),
-                device_plugin=platform.needs_device_plugin,
+        monitoring = MonitoringStack(
+            f"{name}-monitoring",
+            MonitoringStackArgs(
+                receiver=platform.alert_receiver,
+                webhook_url=config.alerts.webhook_url,
+                node_selector=dict(STABLE.node_labels),
             ),
             child,
+        )
+        after_crds = pulumi.ResourceOptions(parent=self, depends_on=[monitoring.release])
+        # The provisioner's chart creates a ServiceMonitor; the GPU agents run on the nodes it
+        # provisions and the exporter's chart creates a ServiceMonitor too.
+        addons = [
+            build(f"{name}-{suffix}", after_crds) for suffix, build in platform.addons.items()
+        ]
+        GpuAgents(
+            f"{name}-gpus",
+            GpuAgentsArgs(device_plugin=platform.needs_device_plugin),
+            pulumi.ResourceOptions(parent=self, depends_on=[monitoring.release, *addons]),
         )
         Priorities(f"{name}-priorities", PrioritiesArgs(), child)
         classes = {c.name: c for c in config.gpu_classes}
@@ -92,7 +116,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                         service_account_annotations=platform.service_account_annotations.get(
                             team.name, {}
                         ),
-                        monitoring_namespace=s.monitoring.namespace,
+                        monitoring_namespace=MONITORING,
                     ),
                     child,
                 )
@@ -120,9 +144,16 @@ class KubernetesLayer(pulumi.ComponentResource):
                 gpu_resource=s.gpu_resource,
                 settings=s.kueue,
             ),
-            after_namespaces,
+            pulumi.ResourceOptions(parent=self, depends_on=[*namespaces, monitoring.release]),
         )
         t = s.templates
+        if t.image == UNBUILT_IMAGE:
+            pulumi.log.warn(
+                "kubernetes.templates.image is the placeholder digest of an image not built yet: "
+                "the Job templates cannot run, and the rendezvous stores stay at zero replicas, "
+                "until you push the training image and set its digest (docs/deploy.md, section 7)"
+            )
+        image = training_image(t.image, platform.image_repository)
         # An agent waits for its gang longer than Kueue waits for the gang's pods, so a run
         # whose lost node never comes back is requeued (uncounted) before an agent gives up.
         kueue_wait_s = max(
@@ -134,9 +165,10 @@ class KubernetesLayer(pulumi.ComponentResource):
                 f"{name}-{team.name}-rendezvous",
                 RendezvousStoreArgs(
                     namespace=team.namespace,
-                    image=t.image,
+                    image=image,
                     placement=STABLE,
                     labels={"spot-training/team": team.name},
+                    replicas=0 if t.image == UNBUILT_IMAGE else 1,
                 ),
                 after_namespaces,
             )
@@ -169,30 +201,29 @@ class KubernetesLayer(pulumi.ComponentResource):
                 JobTemplatesArgs(
                     spec=spec,
                     checkpoint_root=platform.checkpoint_roots[team.name],
+                    image=image,
                     min_nodes=t.min_nodes,
                     max_nodes=t.max_nodes,
                 ),
                 after_namespaces,
             )
-        m = s.monitoring
         AlertRules(
             f"{name}-alerts",
             AlertRulesArgs(
-                namespace=m.namespace,
-                runbook_base_url=m.runbook_base_url,
+                namespace=MONITORING,
+                runbook_base_url=config.alerts.runbook_base_url,
                 team_namespaces=tuple(team.namespace for team in config.teams),
-                selector_labels=dict(m.prometheus_selector_labels),
             ),
-            child,
+            after_crds,
         )
         Dashboard(
             f"{name}-dashboard",
             DashboardArgs(
-                namespace=m.namespace,
-                on_demand_gpu_hour_usd=m.on_demand_gpu_hour_usd,
-                spot_gpu_hour_usd=m.spot_gpu_hour_usd,
+                namespace=MONITORING,
+                on_demand_gpu_hour_usd=s.monitoring.on_demand_gpu_hour_usd,
+                spot_gpu_hour_usd=s.monitoring.spot_gpu_hour_usd,
             ),
-            child,
+            pulumi.ResourceOptions(parent=self, depends_on=[monitoring.namespace]),
         )
         self.register_outputs({"namespaces": [team.namespace for team in config.teams]})
 

@@ -1,44 +1,37 @@
-"""Kubernetes objects as Pulumi resources: a custom resource from its manifest, a pinned chart."""
+"""Kubernetes objects as Pulumi resources: a custom resource from its manifest, a pinned chart
+(components/versions.py) as a Helm release."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-
-@dataclass(frozen=True)
-class Chart:
-    """A pinned Helm chart: the release's name, the chart, its version and repository."""
-
-    release: str
-    chart: str  # a name in `repository`, or an oci:// reference
-    version: str
-    repository: str | None = None
+from components.versions import Chart
 
 
 def helm_release(
     name: str,
     chart: Chart,
-    namespace: str,
     values: dict,
     opts: pulumi.ResourceOptions,
     *,
     create_namespace: bool = False,
     skip_crds: bool = False,
+    timeout_seconds: int = 300,
 ) -> k8s.helm.v3.Release:
-    """The chart installed atomically: a failed install or upgrade rolls back."""
+    """The chart installed atomically in its namespace: a failed install or upgrade rolls back
+    (after `timeout_seconds`, Helm's default unless a chart needs longer)."""
     return k8s.helm.v3.Release(
         name,
-        name=chart.release,
+        name=chart.name,
         chart=chart.chart,
         version=chart.version,
         repository_opts={"repo": chart.repository} if chart.repository else None,
-        namespace=namespace,
+        namespace=chart.namespace,
         create_namespace=create_namespace,
         skip_crds=skip_crds,
         atomic=True,
+        timeout=timeout_seconds,
         values=values,
         opts=opts,
     )

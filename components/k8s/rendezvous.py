@@ -37,11 +37,21 @@ def rendezvous_endpoint(namespace: str) -> str:
 class RendezvousStoreArgs:
     namespace: str
     # Any image with torch and spotsafe: the team's training image.
-    image: str
+    image: pulumi.Input[str]
     # Where it runs: the stable tier.
     placement: Placement
     priority_class: str = SERVICES
     labels: dict[str, str] = field(default_factory=dict)
+    # 0 until the training image is built: a store that cannot pull its image would hold up the
+    # `pulumi up` that waits for it to be ready.
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if self.replicas not in (0, 1):
+            raise ValueError(
+                f"RendezvousStoreArgs.replicas: 0 or 1, got {self.replicas}: two stores would "
+                "split a run's agents between two rendezvous"
+            )
 
 
 def rendezvous_objects(args: RendezvousStoreArgs) -> list[dict]:
@@ -90,7 +100,7 @@ def rendezvous_objects(args: RendezvousStoreArgs) -> list[dict]:
         "kind": "Deployment",
         "metadata": metadata,
         "spec": {
-            "replicas": 1,
+            "replicas": args.replicas,
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector},
             "template": {"metadata": {"labels": labels}, "spec": pod},

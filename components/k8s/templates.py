@@ -21,9 +21,11 @@ MULTI_NODE = "multi-node.yaml"
 
 @dataclass(frozen=True)
 class JobTemplatesArgs:
-    # Everything but the checkpoint root, which is known only once the bucket exists.
+    # Everything but the checkpoint root and the image reference, which are known only once the
+    # bucket and the image repository exist.
     spec: TrainingJobSpec
     checkpoint_root: pulumi.Input[str]
+    image: pulumi.Input[str]
     min_nodes: int
     max_nodes: int
 
@@ -44,9 +46,11 @@ class JobTemplates(pulumi.ComponentResource):
         super().__init__("spot:templates:JobTemplates", name, None, opts)
         # Validate now, not inside the apply where an error would surface late and unclear.
         template_documents(args.spec, args.min_nodes, args.max_nodes)
-        data = pulumi.Output.from_input(args.checkpoint_root).apply(
-            lambda root: template_documents(
-                replace(args.spec, checkpoint_root=root), args.min_nodes, args.max_nodes
+        data = pulumi.Output.all(args.checkpoint_root, args.image).apply(
+            lambda values: template_documents(
+                replace(args.spec, checkpoint_root=values[0], image=values[1]),
+                args.min_nodes,
+                args.max_nodes,
             )
         )
         k8s.core.v1.ConfigMap(

@@ -7,9 +7,11 @@ import json
 
 import pulumi_aws as aws
 import pytest
+from dependency_graph import DependencyGraph
 from previewed import Preview
 from stack_files import REPO_ROOT, stack_values
 
+from components.aws.addons import NETWORK_ADDONS, NODE_ADDONS
 from components.aws.cluster import ClusterArgs, kubeconfig
 from components.aws.iam import TeamTrainingRoleArgs
 from components.aws.interruption import EVENT_PATTERNS
@@ -20,10 +22,13 @@ from components.aws.observability import ObservabilityArgs
 from components.aws.quotas import QUOTA_CODES, GpuQuotasArgs
 from components.aws.storage import CheckpointBucketArgs
 from components.config import load_config
+from components.k8s import monitoring
 from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, PoolSpec
+from components.versions import KUBERNETES_RELEASES, KUBERNETES_VERSION, UPGRADE_SUPPORT_TYPE
 from spotctl.preview import preview_program
 
 PROD = load_config(stack_values("prod"))
+POD_IDENTITY_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 
 
 def _policy(resource) -> dict:
@@ -104,7 +109,13 @@ def test_lifecycle_follows_config(prod: Preview, stack_preview):
 
 
 def test_no_policy_allows_everything_on_everything(prod: Preview):
-    policies = [r for r in prod.resources if "policy" in r.inputs and r.type.startswith("aws:")]
+    policies = [
+        r
+        for r in prod.resources
+        if "policy" in r.inputs
+        and r.type.startswith("aws:")
+        and r.type != "aws:ecr/lifecyclePolicy:LifecyclePolicy"  # image rules, not IAM
+    ]
     policies += prod.of_type("aws:iam/role:Role")
     assert len(policies) > 10
     for resource in policies:
@@ -120,7 +131,7 @@ def test_no_policy_allows_everything_on_everything(prod: Preview):
 @pytest.mark.parametrize("team", PROD.teams, ids=lambda t: t.name)
 def test_team_role_reaches_only_its_prefix_and_never_deletes_versions(prod: Preview, team):
     bucket_arn = prod.one("aws:s3/bucket:Bucket").outputs["arn"]
-    policy = _policy(prod.one("aws:iam/rolePolicy:RolePolicy", f"-{team.name}-training"))
+    policy = _policy(prod.one("aws:iam/rolePolicy:RolePolicy", f"-{team.name}-training-policy"))
     statements = _statements(policy)
     s3_allows = [
         s
@@ -130,18 +141,29 @@ def test_team_role_reaches_only_its_prefix_and_never_deletes_versions(prod: Prev
     for statement in s3_allows:
         for resource in _as_list(statement["Resource"]):
             assert resource in (f"{bucket_arn}/{team.checkpoint_prefix}/*", bucket_arn)
-        if statement["Resource"] == bucket_arn:  # listing only under the prefix
+        if statement["Resource"] == bucket_arn:  # listing only below `<prefix>/`
             prefixes = statement["Condition"]["StringLike"]["s3:prefix"]
-            assert all(p.startswith(team.checkpoint_prefix) for p in prefixes)
+            assert prefixes == [f"{team.checkpoint_prefix}/*"]
     assert all("s3:DeleteObjectVersion" not in _as_list(s["Action"]) for s in s3_allows)
     assert any(
         s["Effect"] == "Deny" and "s3:DeleteObjectVersion" in _as_list(s["Action"])
         for s in statements
     )
+    # The bucket key decrypts this prefix's objects only, and only through S3.
+    (kms,) = [s for s in statements if any(a.startswith("kms:") for a in _as_list(s["Action"]))]
+    assert kms["Condition"] == {
+        "StringEquals": {"kms:ViaService": f"s3.{PROD.region}.amazonaws.com"},
+        "StringLike": {
+            "kms:EncryptionContext:aws:s3:arn": f"{bucket_arn}/{team.checkpoint_prefix}/*"
+        },
+    }
 
     role = prod.one("aws:iam/role:Role", f"-{team.name}-training")
     trust = _statements(json.loads(role.inputs["assumeRolePolicy"]))[0]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert trust["Condition"]["StringEquals"]["aws:RequestTag/kubernetes-namespace"] == (
+        team.namespace
+    )
     association = prod.one(
         "aws:eks/podIdentityAssociation:PodIdentityAssociation", f"-{team.name}-"
     )
@@ -150,35 +172,107 @@ def test_team_role_reaches_only_its_prefix_and_never_deletes_versions(prod: Prev
     assert association.inputs["roleArn"] == role.outputs["arn"]
 
 
+def test_bucket_encryption_names_the_object_to_kms(prod: Preview):
+    """Without an S3 Bucket Key, KMS sees each object's ARN: what the team conditions need."""
+    encryption = prod.one(
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    )
+    assert encryption.inputs["rules"][0]["bucketKeyEnabled"] is False
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_pod_role_trusts_only_its_cluster_and_service_account(stack_preview, stack):
+    preview = stack_preview(stack)
+    cluster_arn = preview.one("aws:eks/cluster:Cluster").outputs["arn"]
+    associations = {a.inputs["roleArn"]: a for a in preview.of_type(POD_IDENTITY_ASSOCIATION)}
+    roles = preview.of_type("aws:iam/role:Role")
+    pod_roles = [r for r in roles if "pods.eks" in r.inputs["assumeRolePolicy"]]
+    # Teams, the Karpenter controller and Alertmanager.
+    assert len(pod_roles) == len(load_config(stack_values(stack)).teams) + 2
+    for role in pod_roles:
+        (trust,) = _statements(json.loads(role.inputs["assumeRolePolicy"]))
+        association = associations[role.outputs["arn"]].inputs
+        assert trust["Condition"] == {
+            "StringEquals": {
+                "aws:SourceAccount": cluster_arn.split(":")[4],
+                "aws:RequestTag/eks-cluster-arn": cluster_arn,
+                "aws:RequestTag/kubernetes-namespace": association["namespace"],
+                "aws:RequestTag/kubernetes-service-account": association["serviceAccount"],
+            }
+        }, role.name
+
+
 def test_human_roles_trust_configured_principals(prod: Preview):
     principals = PROD.aws.principals
     expected = {
         "platform-admin": principals.platform_admin,
-        "ml-engineer": principals.ml_engineer,
+        "break-glass": principals.break_glass,
         "log-reader": principals.log_reader,
+        **{f"ml-engineer-{team.name}": team.engineers for team in PROD.teams},
     }
     for role_name, allowed in expected.items():
         role = prod.one("aws:iam/role:Role", f"-roles-{role_name}")
         trust = _statements(json.loads(role.inputs["assumeRolePolicy"]))[0]
         assert sorted(_as_list(trust["Principal"]["AWS"])) == sorted(allowed)
+    glass = prod.one("aws:iam/role:Role", "-roles-break-glass")
+    trust = _statements(json.loads(glass.inputs["assumeRolePolicy"]))[0]
+    assert trust["Condition"] == {"Bool": {"aws:MultiFactorAuthPresent": "true"}}
     log_reader = _policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-roles-log-reader"))
     actions = {a for s in _statements(log_reader) for a in _as_list(s["Action"])}
     assert actions and all(a.startswith("logs:") for a in actions)
+
+
+def test_each_team_engineer_role_edits_only_its_namespace(prod: Preview):
     scopes = {
-        a.inputs["principalArn"]: a.inputs["accessScope"]
+        a.inputs["principalArn"]: (a.inputs["policyArn"].rsplit("/", 1)[1], a.inputs["accessScope"])
         for a in prod.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
     }
-    ml_role = prod.one("aws:iam/role:Role", "-roles-ml-engineer").outputs["arn"]
-    assert sorted(scopes[ml_role]["namespaces"]) == sorted(t.namespace for t in PROD.teams)
+    for team in PROD.teams:
+        role = prod.one("aws:iam/role:Role", f"-roles-ml-engineer-{team.name}").outputs["arn"]
+        assert scopes[role] == (
+            "AmazonEKSEditPolicy",
+            {"type": "namespace", "namespaces": [team.namespace]},
+        )
+    admin = prod.one("aws:iam/role:Role", "-roles-platform-admin").outputs["arn"]
+    assert scopes[admin] == ("AmazonEKSClusterAdminPolicy", {"type": "cluster"})
+    glass = prod.one("aws:iam/role:Role", "-roles-break-glass").outputs["arn"]
+    assert glass not in scopes  # break-glass is for the bucket, not the cluster
 
 
-def test_node_role_has_the_worker_policies(prod: Preview):
+def test_platform_admin_restores_checkpoints_but_never_destroys_them(prod: Preview):
+    key_arn = prod.one("aws:kms/key:Key", "-checkpoints-key").outputs["arn"]
+    statements = _statements(_policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-platform-admin")))
+    allowed = {a for s in statements if s["Effect"] == "Allow" for a in _as_list(s["Action"])}
+    denied = {a for s in statements if s["Effect"] == "Deny" for a in _as_list(s["Action"])}
+    assert {"s3:GetObjectVersion", "s3:PutObject", "kms:Decrypt"} <= allowed
+    assert not any(a == "s3:*" or a.startswith("s3:Delete") for a in allowed)
+    destructive = {"s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:DeleteBucketPolicy"}
+    assert destructive <= denied
+    (key_grant,) = [s for s in statements if s.get("Sid") == "UseCheckpointKey"]
+    assert key_grant["Resource"] == key_arn
+    glass = _statements(_policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-break-glass")))
+    assert destructive <= {a for s in glass for a in _as_list(s["Action"])}
+
+
+def test_node_role_has_the_worker_policies_and_no_account_wide_reads(prod: Preview):
     attached = {
         a.inputs["policyArn"].rsplit("/", 1)[1]
         for a in prod.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
         if a.name.startswith("prod-node-")
     }
-    assert {"AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy"} <= attached
+    assert attached == {
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonEKS_CNI_Policy",
+        "AmazonEC2ContainerRegistryPullOnly",
+    }
+    agents = _statements(_policy(prod.one("aws:iam/rolePolicy:RolePolicy", "prod-node-agents")))
+    actions = {a for s in agents for a in _as_list(s["Action"])}
+    assert not any(a.startswith("ssm:GetParameter") for a in actions)
+    assert "logs:PutRetentionPolicy" not in actions
+    for statement in agents:
+        if any(a.startswith("logs:") for a in _as_list(statement["Action"])):
+            cluster = PROD.aws.cluster.name
+            assert all(f"/aws/containerinsights/{cluster}/" in r for r in statement["Resource"])
 
 
 # --- node pools
@@ -309,9 +403,9 @@ def test_alarms_notify_the_topic_and_name_a_runbook(prod: Preview):
     topic = prod.one("aws:sns/topic:Topic")
     alarms = prod.of_type("aws:cloudwatch/metricAlarm:MetricAlarm")
     assert len(alarms) >= 3
+    base = PROD.alerts.runbook_base_url
     for alarm in alarms:
         assert alarm.inputs["alarmActions"] == [topic.outputs["arn"]]
-        base = PROD.kubernetes.monitoring.runbook_base_url
         runbook = alarm.inputs["alarmDescription"].split("Runbook: ")[1]
         assert runbook == f"{base}/runbooks/aws/{alarm.name.rsplit('-', 1)[1]}.md"
         assert (REPO_ROOT / runbook.removeprefix(f"{base}/")).is_file(), runbook
@@ -319,6 +413,53 @@ def test_alarms_notify_the_topic_and_name_a_runbook(prod: Preview):
     assert spot.inputs["threshold"] == PROD.aws.alarms.interruptions_per_hour
     subscriptions = prod.of_type("aws:sns/topicSubscription:TopicSubscription")
     assert sorted(s.inputs["endpoint"] for s in subscriptions) == sorted(PROD.alerts.emails)
+
+
+def test_cloudwatch_can_publish_to_the_encrypted_topic(prod: Preview):
+    """The AWS-managed SNS key does not let CloudWatch publish; the topic's own key does."""
+    topic = prod.one("aws:sns/topic:Topic")
+    key = prod.one("aws:kms/key:Key", "-alerts-key")
+    assert topic.inputs["kmsMasterKeyId"] == key.outputs["arn"]
+    assert key.inputs["enableKeyRotation"] is True
+    grants = [
+        s
+        for s in _statements(_policy(key))
+        if s["Effect"] == "Allow" and s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert grants and {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(grants[0]["Action"])
+    topic_policy = prod.one("aws:sns/topicPolicy:TopicPolicy")
+    assert topic_policy.inputs["arn"] == topic.outputs["arn"]
+    (publish,) = [s for s in _statements(_policy(topic_policy)) if s["Effect"] == "Allow"]
+    assert publish["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert publish["Action"] == "sns:Publish"
+    account = prod.one("aws:eks/cluster:Cluster").outputs["arn"].split(":")[4]
+    assert publish["Condition"]["StringEquals"] == {"aws:SourceAccount": account}
+
+
+def test_alertmanager_may_publish_to_the_topic(prod: Preview):
+    topic = prod.one("aws:sns/topic:Topic").outputs["arn"]
+    key = prod.one("aws:kms/key:Key", "-alerts-key").outputs["arn"]
+    association = prod.one(POD_IDENTITY_ASSOCIATION, "-alertmanager")
+    assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == (
+        monitoring.NAMESPACE,
+        monitoring.ALERTMANAGER_SERVICE_ACCOUNT,
+    )
+    grants = {
+        (a, s["Resource"])
+        for s in _statements(_policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-alertmanager")))
+        for a in _as_list(s["Action"])
+    }
+    assert grants == {("sns:Publish", topic), ("kms:Decrypt", key), ("kms:GenerateDataKey", key)}
+
+
+def test_image_repository_is_immutable_scanned_and_encrypted(prod: Preview):
+    repository = prod.one("aws:ecr/repository:Repository")
+    assert repository.inputs["name"] == f"{PROD.aws.cluster.name}/trainer"
+    assert repository.inputs["imageTagMutability"] == "IMMUTABLE"
+    assert repository.inputs["imageScanningConfiguration"] == {"scanOnPush": True}
+    assert repository.inputs["encryptionConfigurations"] == [{"encryptionType": "KMS"}]
+    rules = json.loads(prod.one("aws:ecr/lifecyclePolicy:LifecyclePolicy").inputs["policy"])
+    assert [r["selection"]["tagStatus"] for r in rules["rules"]] == ["untagged"]
 
 
 def test_dashboard_shows_interruptions_pool_sizes_and_idle_capacity(prod: Preview):
@@ -337,7 +478,7 @@ def test_dashboard_shows_interruptions_pool_sizes_and_idle_capacity(prod: Previe
 # --- cluster
 
 
-def test_cluster_encrypts_secrets_logs_and_runs_pod_identity(prod: Preview, stack_preview):
+def test_cluster_encrypts_secrets_logs_and_states_its_endpoint(prod: Preview, stack_preview):
     cluster = prod.one("aws:eks/cluster:Cluster")
     assert cluster.inputs["name"] == PROD.aws.cluster.create.name
     key_arn = cluster.inputs["encryptionConfig"]["provider"]["keyArn"]
@@ -345,12 +486,41 @@ def test_cluster_encrypts_secrets_logs_and_runs_pod_identity(prod: Preview, stac
     assert key.inputs["enableKeyRotation"] is True
     assert {"api", "audit"} <= set(cluster.inputs["enabledClusterLogTypes"])
     assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
-    vpc = cluster.inputs["vpcConfig"]
-    assert vpc["publicAccessCidrs"] == PROD.aws.cluster.create.public_endpoint_cidrs
-    dev_vpc = stack_preview("dev").one("aws:eks/cluster:Cluster").inputs["vpcConfig"]
-    assert dev_vpc["endpointPublicAccess"] is False
-    addons = {a.inputs["addonName"] for a in prod.of_type("aws:eks/addon:Addon")}
-    assert "eks-pod-identity-agent" in addons
+    for stack in ("dev", "prod"):
+        config = load_config(stack_values(stack)).aws.cluster.create
+        vpc = stack_preview(stack).one("aws:eks/cluster:Cluster").inputs["vpcConfig"]
+        assert vpc["endpointPrivateAccess"] is True
+        assert vpc["endpointPublicAccess"] is bool(config.public_endpoint_cidrs)
+        assert vpc["publicAccessCidrs"] == config.public_endpoint_cidrs
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_versions_come_from_the_table_and_nodes_follow_the_control_plane(stack_preview, stack):
+    preview = stack_preview(stack)
+    cluster = preview.one("aws:eks/cluster:Cluster")
+    assert cluster.inputs["version"] == KUBERNETES_VERSION
+    assert cluster.inputs["upgradePolicy"] == {"supportType": UPGRADE_SUPPORT_TYPE}
+    assert cluster.inputs["bootstrapSelfManagedAddons"] is False
+    for group in preview.of_type("aws:eks/nodeGroup:NodeGroup"):
+        assert group.inputs["version"] == cluster.outputs["version"], group.name
+    addons = {a.inputs["addonName"]: a for a in preview.of_type("aws:eks/addon:Addon")}
+    pinned = KUBERNETES_RELEASES[KUBERNETES_VERSION].addons
+    assert {name: a.inputs["addonVersion"] for name, a in addons.items()} == pinned
+    cni = json.loads(addons["vpc-cni"].inputs["configurationValues"])
+    assert cni["enableNetworkPolicy"] == "true"
+
+
+def test_add_ons_come_up_around_the_nodes(prod: Preview):
+    """Network add-ons before any node group (a node without a CNI never gets Ready); the
+    add-ons that run as pods after the stable nodes."""
+    graph = DependencyGraph(prod.resources)
+    addons = {a.inputs["addonName"]: a for a in prod.of_type("aws:eks/addon:Addon")}
+    stable = prod.one("aws:eks/nodeGroup:NodeGroup", "-stable-")
+    for group in prod.of_type("aws:eks/nodeGroup:NodeGroup"):
+        for name in NETWORK_ADDONS:
+            assert graph.waits_for(group, addons[name]), (group.name, name)
+    for name in NODE_ADDONS:
+        assert graph.waits_for(addons[name], stable), name
 
 
 def test_network_has_private_and_public_subnet_per_zone(prod: Preview):
@@ -444,6 +614,21 @@ def _spec(**overrides) -> PoolSpec:
     return PoolSpec(**{**fields, **overrides})
 
 
+def _observability(**overrides) -> ObservabilityArgs:
+    fields = dict(
+        account_id="123456789012",
+        cluster_name="c",
+        region="r",
+        spot_interruption_rule="s",
+        rebalance_rule="b",
+        interruption_queue="q",
+        pool_groups={},
+        runbook_base_url="https://example.com/repo",
+        emails=["oncall@example.com"],
+    )
+    return ObservabilityArgs(**{**fields, **overrides})
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
@@ -458,12 +643,17 @@ def _spec(**overrides) -> PoolSpec:
                 cluster_name="c",
                 node_role_arn="r",
                 subnet_ids=[],
+                kubernetes_version="1.33",
             ),
             "no EKS AMI for 'riscv64'",
         ),
         (
             lambda: ManagedNodeGroupPoolArgs(
-                spec=_spec(min_size=3), cluster_name="c", node_role_arn="r", subnet_ids=[]
+                spec=_spec(min_size=3),
+                cluster_name="c",
+                node_role_arn="r",
+                subnet_ids=[],
+                kubernetes_version="1.33",
             ),
             "min <= desired <= max",
         ),
@@ -471,11 +661,13 @@ def _spec(**overrides) -> PoolSpec:
             lambda: TeamTrainingRoleArgs(
                 team="t",
                 cluster_name="c",
+                cluster_arn="arn:aws:eks:us-east-1:123456789012:cluster/c",
                 namespace="n",
                 service_account="s",
                 bucket_arn="b",
                 prefix="*",
                 kms_key_arn="k",
+                region="us-east-1",
             ),
             "without wildcards",
         ),
@@ -483,19 +675,8 @@ def _spec(**overrides) -> PoolSpec:
         (lambda: CheckpointBucketArgs(kms_deletion_window_days=3), "kms_deletion_window_days"),
         (lambda: GpuQuotasArgs(vcpus={("spot", "p-family"): 0}), "at least 1 vCPU"),
         (lambda: GpuQuotasArgs(vcpus={("spot", "trn-family"): 8}), "unknown quota"),
-        (
-            lambda: ObservabilityArgs(
-                cluster_name="c",
-                region="r",
-                spot_interruption_rule="s",
-                rebalance_rule="b",
-                interruption_queue="q",
-                pool_groups={},
-                runbook_base_url="https://example.com/repo",
-                gpu_idle_percent=0,
-            ),
-            "gpu_idle_percent",
-        ),
+        (lambda: _observability(gpu_idle_percent=100), "gpu_idle_percent"),
+        (lambda: _observability(emails=[]), "reach no one"),
     ],
 )
 def test_component_args_reject_unsafe_values(build, message):

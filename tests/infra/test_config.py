@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stack_files import STACKS, stack_values
+from stack_files import REPO_ROOT, STACKS, stack_values
 
 from components.config import ConfigError, StackConfig, load_config
 
@@ -204,7 +204,155 @@ def test_cli_reports_config_error_without_traceback(program_copy):
 
 def test_cli_reports_unknown_stack(tmp_path):
     result = subprocess.run(
-        [SPOTCTL, "preview", "--stack", "nope"], capture_output=True, text=True, timeout=120
+        [SPOTCTL, "preview", "--stack", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
     )
     assert result.returncode == 2
     assert "no stack 'nope'" in result.stderr and "dev" in result.stderr
+
+
+# --- holes that once let a stack deploy something that could not work, each now one error line
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "expected"),
+    [
+        (["teams", 0, "namespace"], "kube-system", "teams[0].namespace", "belongs to Kubernetes"),
+        (["teams", 0, "namespace"], "monitoring", "teams[0].namespace", "reserved: "),
+        (["teams", 0, "namespace"], "kueue-system", "teams[0].namespace", "reserved: "),
+        (
+            ["aws", "alarms", "queue_age_seconds"],
+            600,
+            "aws.alarms.queue_age_seconds",
+            "600 s can never fire: the interruption queue drops messages after 300 s",
+        ),
+        (["aws", "alarms", "gpu_idle_percent"], 100, "aws.alarms.gpu_idle_percent", "99"),
+        (
+            ["aws", "pools", "buffer", "schedule", 0, "recurrence"],
+            "99 99 * * 1-5",
+            "aws.pools.buffer.schedule[0].recurrence",
+            "minute '99' is not a value or ascending range within 0-59",
+        ),
+        (
+            ["aws", "pools", "buffer", "schedule", 1, "recurrence"],
+            "0 19 * *",
+            "aws.pools.buffer.schedule[1].recurrence",
+            "not a cron expression of five fields",
+        ),
+        (
+            ["aws", "pools", "buffer", "instance_types"],
+            ["g6e.12xlarge", "m6i.large"],
+            "aws.pools.buffer.instance_types",
+            "one node group needs one AMI: do not mix CPU architectures or GPU and CPU types",
+        ),
+        (
+            ["alerts", "runbook_base_url"],
+            "https://github.com/example-org/spot-training-blueprint/blob/main",
+            "alerts.runbook_base_url",
+            "is a placeholder",
+        ),
+        (["alerts", "emails"], [], "alerts.emails", "at least 1 item"),
+        (
+            ["aws", "cluster", "create", "public_endpoint_cidrs"],
+            ["0.0.0.0/0"],
+            "aws.cluster.create.public_endpoint_cidrs",
+            "opens the API endpoint to the whole internet",
+        ),
+        (
+            ["aws", "cluster", "create", "public_endpoint_cidrs"],
+            ["203.0.113.7/24"],
+            "aws.cluster.create.public_endpoint_cidrs",
+            "is not a network",
+        ),
+        (
+            ["aws", "cluster", "create", "version"],
+            "1.29",
+            "aws.cluster.create.version",
+            "has no pinned add-on versions in components/versions.py (pinned: 1.33)",
+        ),
+    ],
+)
+def test_each_hole_is_one_error_naming_its_field(path, value, field, expected):
+    error = _error(_set(stack_values("prod"), path, value))
+    ((problem_path, message),) = error.problems
+    assert problem_path == field
+    assert expected in message
+
+
+def test_placeholder_runbook_links_are_refused_in_prod_only():
+    example = "https://github.com/example-org/spot-training-blueprint/blob/main"
+    dev = _set(stack_values("dev"), ["alerts", "runbook_base_url"], example)
+    assert load_config(dev).alerts.runbook_base_url == example
+    for stack in STACKS:
+        assert "example" not in load_config(stack_values(stack)).alerts.runbook_base_url
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        (["alerts", "runbook_base_url"], "alerts.runbook_base_url"),
+        (
+            ["aws", "cluster", "create", "public_endpoint_cidrs"],
+            "aws.cluster.create.public_endpoint_cidrs",
+        ),
+        (["aws", "principals", "break_glass"], "aws.principals.break_glass"),
+    ],
+)
+def test_what_every_stack_must_state_is_required(section, field):
+    values = stack_values("dev")
+    parent = values
+    for key in section[:-1]:
+        parent = parent[key]
+    del parent[section[-1]]
+    assert (field, "required field is missing") in _error(values).problems
+
+
+def _preview(program: Path, stack: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SPOTCTL, "preview", "--stack", stack, "--program", str(program), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The preview failed as bad input does: exit 2, no plan, one error naming the problem."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "to create" not in result.stdout
+    return result.stderr.strip()
+
+
+def test_unknown_top_level_key_stops_the_preview(program_copy, tmp_path):
+    values = stack_values("dev")
+    values["alert"] = {"emails": ["oncall@ml.test"]}  # `alerts` misspelt
+    out = tmp_path / "plan.json"
+    result = _preview(program_copy("typo", values), "typo", "--json", str(out))
+    error = _one_line_error(result)
+    assert "spot-training:alert: unknown field" in error
+    assert not out.exists()
+
+
+def test_yaml_syntax_error_is_one_line(program_copy):
+    program = program_copy("broken", stack_values("dev"))
+    stack_file = program / "stacks" / "Pulumi.broken.yaml"
+    stack_file.write_text(
+        stack_file.read_text().replace("spot-training:teams:", "spot-training:teams: [")
+    )
+    error = _one_line_error(_preview(program, "broken"))
+    assert error.startswith(f"error: {stack_file}:")
+    assert "not valid YAML" in error and len(error.splitlines()) == 1
+
+
+def test_mixed_pool_is_a_config_error_not_a_traceback(program_copy):
+    values = _set(
+        stack_values("dev"),
+        ["aws", "pools", "stable", "instance_types"],
+        ["m6i.large", "g5.xlarge"],
+    )
+    error = _one_line_error(_preview(program_copy("mixed", values), "mixed"))
+    assert "spot-training:aws.pools.stable.instance_types: one node group needs one AMI" in error

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from stack_files import REPO_ROOT
 
-from spotctl.preview import PreviewError, preview_program
+from spotctl.preview import UNKNOWN, PreviewError, preview_program, resource_tree
+
+SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
 PROJECT = "name: tiny\nruntime: python\nstackConfigDir: env\n"
 CONFIG = """
@@ -140,3 +146,43 @@ def test_missing_project_file_and_stack(tmp_path):
     program = _program(tmp_path, "import pulumi\n")
     with pytest.raises(PreviewError, match=r"no stack 'prod' .*\(stacks there: test\)"):
         preview_program(program, "prod")
+
+
+def test_unknown_outputs_are_shown_as_unknown_in_tree_json_and_policy_inputs(tmp_path):
+    """An output the engine only knows after deploy, fed into another resource (here a log
+    group's key into a parameter), is previewed as unknown, as `pulumi preview` does."""
+    program = _program(
+        tmp_path / "program",
+        """
+        import pulumi_aws as aws
+        group = aws.cloudwatch.LogGroup("lg")
+        aws.ssm.Parameter("p", type="String", value=group.kms_key_id)
+        """,
+    )
+    resources = preview_program(program, "test")
+    (parameter,) = [r for r in resources if r.type == "aws:ssm/parameter:Parameter"]
+    assert parameter.inputs["value"] == UNKNOWN
+    assert "aws:ssm/parameter:Parameter p: value = output<unknown>" in resource_tree(resources)
+
+    out = tmp_path / "plan.json"
+    result = subprocess.run(
+        [SPOTCTL, "preview", "--stack", "test", "--program", str(program), "--json", str(out)]
+        + ["--policy-pack", str(REPO_ROOT / "policies")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    written = {r["name"]: r for r in json.loads(out.read_text())["resources"]}
+    assert written["p"]["inputs"]["value"] == UNKNOWN
+    assert "Policies: spot-training-regime" in result.stdout
+
+
+def test_yaml_syntax_error_in_the_project_file_is_one_line(tmp_path):
+    program = _program(tmp_path, "import pulumi\n", project="name: [tiny\nruntime: python\n")
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program, "test")
+    assert str(caught.value) == (
+        f"{program / 'Pulumi.yaml'}:2:8: not valid YAML: expected ',' or ']', but got ':'"
+    )
+    assert not caught.value.crashed and "\n" not in str(caught.value)

@@ -85,12 +85,43 @@ def test_cli_prints_tree_and_writes_json(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "pulumi:pulumi:Stack" in result.stdout
     assert "└─ " in result.stdout and "Resources:" in result.stdout
+    assert result.stdout.startswith(f"Previewing stack 'dev' of {REPO_ROOT}\n")
+    # What the program logs is shown, as `pulumi preview` shows it.
+    assert "\nDiagnostics:\n    warning: kubernetes.templates.image is the placeholder" in (
+        result.stdout
+    )
     document = json.loads(out.read_text())
     assert document["resources"]
     for resource in document["resources"]:
-        assert set(resource) == {"type", "name", "parent", "inputs"}
-    names = {r["name"] for r in document["resources"]}
-    assert "dev-checkpoints-bucket" in names
+        assert set(resource) == {"urn", "type", "name", "parent", "dependencies", "inputs"}
+    by_name = {(r["type"], r["name"]): r for r in document["resources"]}
+    assert ("aws:s3/bucket:Bucket", "dev-checkpoints-bucket") in by_name
+    # What each resource waits for: its parent, the outputs it consumes, its depends_on.
+    versioning = by_name[("aws:s3/bucketVersioning:BucketVersioning", "dev-checkpoints-versioning")]
+    bucket = by_name[("aws:s3/bucket:Bucket", "dev-checkpoints-bucket")]
+    assert {bucket["urn"], versioning["parent"]} <= set(versioning["dependencies"])
+    lifecycle = by_name[
+        (
+            "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+            "dev-checkpoints-lifecycle",
+        )
+    ]
+    assert versioning["urn"] in lifecycle["dependencies"]  # an explicit depends_on
+
+
+def test_cli_previews_the_project_it_is_run_in(tmp_path):
+    """Run from a checkout's subfolder it previews that checkout, never the installed package's."""
+    inside = REPO_ROOT / "stacks"
+    result = subprocess.run(
+        [SPOTCTL, "preview", "--stack", "dev"], capture_output=True, text=True, cwd=inside
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == f"Previewing stack 'dev' of {REPO_ROOT}"
+    nowhere = subprocess.run(
+        [SPOTCTL, "preview", "--stack", "dev"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert nowhere.returncode == 2
+    assert f"no Pulumi.yaml in {tmp_path} or any folder above it" in nowhere.stderr
 
 
 def test_resource_tree_nests_children_under_parents(prod):

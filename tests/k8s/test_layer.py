@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import pytest
+import yaml
+from stack_files import stack_values
 
-from components.config import ConfigError, KubernetesConfig, load_config
-from spotctl.preview import PreviewResource
+from components.config import UNBUILT_IMAGE, ConfigError, KubernetesConfig, load_config
+from components.k8s.layer import training_image
+from components.k8s.placement import STABLE
+from components.k8s.rendezvous import RendezvousStoreArgs
+from spotctl.preview import PreviewResource, preview_program
+
+PROD = load_config(stack_values("prod"))
 
 LAYER = "spot:k8s:KubernetesLayer"
 
@@ -82,8 +89,12 @@ def base_config() -> dict:
                 "checkpoint_prefix": "teams/a",
             }
         ],
+        "alerts": {
+            "emails": ["oncall@ml.test"],
+            "runbook_base_url": "https://git.ml.test/platform/blob/main",
+        },
         "aws": {
-            "cluster": {"create": {"name": "c"}},
+            "cluster": {"create": {"name": "c", "public_endpoint_cidrs": []}},
             "pools": {
                 "stable": {
                     "instance_types": ["m6i.large"],
@@ -94,7 +105,10 @@ def base_config() -> dict:
             },
             "spot_gpu_quota": {"g_family_vcpus": 8},
             "on_demand_gpu_quota": {"g_family_vcpus": 8},
-            "principals": {"platform_admin": ["arn:aws:iam::123456789012:role/admin"]},
+            "principals": {
+                "platform_admin": ["arn:aws:iam::123456789012:role/admin"],
+                "break_glass": ["arn:aws:iam::123456789012:role/security"],
+            },
         },
     }
 
@@ -137,25 +151,66 @@ def test_kubernetes_config_errors_name_the_field(section: dict, path: str, words
 
 def test_kubernetes_section_is_optional() -> None:
     config = load_config(base_config())
-    assert config.kubernetes.templates.image.split("@")[1].startswith("sha256:")
+    assert config.kubernetes.templates.image == UNBUILT_IMAGE
 
 
-def test_namespaced_objects_wait_for_their_namespace(
-    prod_preview: list[PreviewResource],
-) -> None:
-    resources = prod_preview
-    kube = [r for r in resources if r.custom and r.type.startswith("kubernetes:")]
-    namespaces = {
-        r.inputs["metadata"]["name"]: r.urn
-        for r in kube
-        if r.type == "kubernetes:core/v1:Namespace"
-    }
-    checked = 0
-    for resource in kube:
-        namespace = resource.inputs.get("metadata", {}).get("namespace")
-        if namespace in namespaces:
-            assert namespaces[namespace] in resource.dependencies, resource.name
-            checked += 1
-    # Per team: quota, limits, account, network policy, templates, LocalQueue, and the
-    # rendezvous store's Deployment and Service.
-    assert checked == 8 * len(namespaces)
+def _stores(resources: list[PreviewResource]) -> list[dict]:
+    return [
+        r.inputs["spec"]
+        for r in resources
+        if r.type == "kubernetes:apps/v1:Deployment" and r.name.endswith("-rendezvous-deployment")
+    ]
+
+
+def test_rendezvous_stores_wait_at_zero_replicas_for_an_unbuilt_image(prod_preview) -> None:
+    (repository,) = [r for r in prod_preview if r.type == "aws:ecr/repository:Repository"]
+    stores = _stores(prod_preview)
+    assert len(stores) == len(PROD.teams)
+    for spec in stores:
+        # A store that cannot pull its image would hold up `pulumi up` until it times out.
+        assert spec["replicas"] == 0
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["image"] == f"{repository.outputs['repositoryUrl']}@{UNBUILT_IMAGE}"
+
+
+def test_rendezvous_stores_run_the_pushed_image(program_copy) -> None:
+    digest = "sha256:" + "b" * 64
+    values = stack_values("dev")
+    values["kubernetes"] = {"templates": {"image": digest}}
+    resources = preview_program(program_copy("dev", values), "dev")
+    (repository,) = [r for r in resources if r.type == "aws:ecr/repository:Repository"]
+    (spec,) = _stores(resources)
+    assert spec["replicas"] == 1
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["image"] == f"{repository.outputs['repositoryUrl']}@{digest}"
+
+
+def test_a_rendezvous_store_is_never_two() -> None:
+    with pytest.raises(ValueError, match="RendezvousStoreArgs.replicas: 0 or 1, got 2"):
+        RendezvousStoreArgs("team-a", "image", STABLE, replicas=2)
+
+
+def test_templates_pin_the_image_in_the_stacks_repository(prod_preview) -> None:
+    (repository,) = [r for r in prod_preview if r.type == "aws:ecr/repository:Repository"]
+    configmaps = [
+        r.inputs
+        for r in prod_preview
+        if r.type == "kubernetes:core/v1:ConfigMap"
+        and r.inputs["metadata"]["name"] == "training-job-templates"
+    ]
+    assert configmaps
+    image = f"{repository.outputs['repositoryUrl']}@{UNBUILT_IMAGE}"
+    for configmap in configmaps:
+        for text in configmap["data"].values():
+            images = [
+                container["image"]
+                for doc in yaml.safe_load_all(text)
+                if doc["kind"] == "Job"
+                for container in doc["spec"]["template"]["spec"]["containers"]
+            ]
+            assert images == [image]
+
+
+def test_a_full_image_reference_is_used_as_configured() -> None:
+    image = "registry.ml.test/trainer:1.0@sha256:" + "a" * 64
+    assert training_image(image, "ignored") == image

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import kubernetes_validate
 import yaml
+from chart_values import unknown_keys
 from stack_files import REPO_ROOT, stack_values
 
 from components.config import load_config
+from components.k8s import monitoring
 from components.k8s.jobs import MAX_LOCAL_RANKS, metrics_ports
 from spotctl.render import KUBERNETES_VERSION, Rendered, validate
 
@@ -41,7 +43,8 @@ def test_every_team_gets_namespace_quota_queue_and_templates(
     prod_render: tuple[Rendered, Path],
 ) -> None:
     rendered, out = prod_render
-    assert {ns["metadata"]["name"] for ns in by_kind(rendered, "Namespace")} == set(TEAMS.values())
+    namespaces = {ns["metadata"]["name"] for ns in by_kind(rendered, "Namespace")}
+    assert namespaces == {*TEAMS.values(), monitoring.NAMESPACE}
     for kind in ("ResourceQuota", "LimitRange", "LocalQueue", "NetworkPolicy", "ServiceAccount"):
         namespaces = {obj["metadata"]["namespace"] for obj in by_kind(rendered, kind)}
         assert namespaces == set(TEAMS.values()), kind
@@ -169,6 +172,7 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
     rendered, out = prod_render
     releases = {r["name"]: r for r in rendered.releases}
     assert set(releases) == {
+        "kube-prometheus-stack",
         "karpenter-crd",
         "karpenter",
         "nvidia-device-plugin",
@@ -184,7 +188,7 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
     chart = yaml.safe_load((shared_schemas / "karpenter-v1.14.1" / "Chart.yaml").read_text())
     assert chart["version"] == karpenter["version"]
     assert (
-        list(_unknown_keys(karpenter["values"], chart_values(shared_schemas, "karpenter-v1.14.1")))
+        list(unknown_keys(karpenter["values"], chart_values(shared_schemas, "karpenter-v1.14.1")))
         == []
     )
     settings = karpenter["values"]["settings"]
@@ -199,7 +203,7 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
     assert plugin["version"] == "0.20.0"
     assert (
         list(
-            _unknown_keys(
+            unknown_keys(
                 plugin["values"], chart_values(shared_schemas, "nvidia-device-plugin-v0.20.0")
             )
         )
@@ -231,26 +235,7 @@ def test_chart_value_check_catches_a_typo() -> None:
         "serviceAccount": {"annotations": {"a": "b"}},
         "nodeSelector": {"node-pool": "stable"},
     }
-    assert list(_unknown_keys(values, chart)) == ["settings.interruptionQueu"]
-
-
-# Maps of Kubernetes labels in chart values: any key goes, whatever the chart's default holds.
-LABEL_MAPS = ("nodeSelector",)
-
-
-def _unknown_keys(values: dict, chart: dict, prefix: str = ""):
-    """Keys set in `values` that the chart does not define; free-form maps ({}, or label maps
-    such as nodeSelector) take any key."""
-    for key, value in values.items():
-        if key not in chart:
-            yield prefix + key
-        elif (
-            isinstance(value, dict)
-            and isinstance(chart[key], dict)
-            and chart[key]
-            and key not in LABEL_MAPS
-        ):
-            yield from _unknown_keys(value, chart[key], f"{prefix}{key}.")
+    assert list(unknown_keys(values, chart)) == ["settings.interruptionQueu"]
 
 
 def test_checkov_reports_no_failed_checks(prod_render: tuple[Rendered, Path]) -> None:
@@ -299,7 +284,6 @@ def test_prometheus_rule_holds_the_tested_rules(
         ["promtool", "check", "rules", str(path)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
 def test_dashboard_shows_what_the_issue_asks(prod_render: tuple[Rendered, Path]) -> None:

@@ -92,7 +92,7 @@ def test_no_wildcard_admin(violations, resource_type, inputs, violates):
 
 def test_scoped_workload_passes_both_workload_policies(analyzer):
     report = analyzer.analyze(workload(SCOPED, LIST, NO_PURGE))
-    assert [v.policy for v in report.violations if v.policy.startswith("iam-")] == []
+    assert [v.policy for v in report.violations if v.policy.startswith("iam-workload-")] == []
 
 
 @pytest.mark.parametrize(
@@ -178,3 +178,34 @@ def test_workload_no_delete_object_version(violations, case, statement, violates
         "iam-workload-no-delete-object-version", *workload(statement, trust=IRSA_TRUST)
     )
     assert bool(found) == violates, case
+
+
+SCOPED_POD_TRUST = document(
+    {
+        "Effect": "Allow",
+        "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+        "Condition": {
+            "StringEquals": {
+                "aws:SourceAccount": "123456789012",
+                "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/c",
+            }
+        },
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "inputs", "violates"),
+    [
+        ("compliant", {"assumeRolePolicy": SCOPED_POD_TRUST}, False),
+        ("violating: any account", {"assumeRolePolicy": POD_TRUST}, True),
+        ("not a pod role", {"assumeRolePolicy": EC2_TRUST}, False),
+        ("missing: no trust", {}, False),
+    ],
+)
+def test_pod_identity_trust_scoped(violations, case, inputs, violates):
+    found = violations("iam-pod-identity-trust-scoped", resource(ROLE, "training", inputs))
+    assert bool(found) == violates, case
+    if violates:
+        assert "add an aws:SourceAccount or aws:RequestTag/eks-cluster-arn condition" in found[0]

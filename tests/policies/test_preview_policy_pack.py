@@ -144,7 +144,9 @@ def break_regime(resource):
         }
     if resource.type.endswith(":PriorityClass") and "services" in inputs["metadata"]["name"]:
         inputs = {**inputs, "value": 1}
-    if resource.type == "aws:iam/rolePolicy:RolePolicy" and resource.name.endswith("-checkpoints"):
+    if resource.type == "aws:iam/rolePolicy:RolePolicy" and resource.name.endswith(
+        "-training-policy"
+    ):
         document = json.loads(inputs["policy"])
         for statement in document["Statement"]:
             if statement["Action"] == "s3:DeleteObjectVersion":
