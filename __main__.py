@@ -13,9 +13,10 @@ from pulumi.runtime import config as runtime_config
 
 from components.aws.platform import build_aws
 from components.config import ConfigError, StackConfig, load_config
+from components.gcp.platform import build_gcp
 from components.k8s.layer import build_kubernetes
 
-BUILDERS = {"aws": build_aws}
+BUILDERS = {"aws": build_aws, "gcp": build_gcp}
 
 
 def project_keys(namespace: str) -> list[str]:

@@ -3,7 +3,8 @@
 `load_config` runs them once the schema holds. Everything is measured against the catalog
 (`components/catalog.yaml`):
 
-- every instance type is in the catalog, every zone is one of the region's;
+- every instance type is in the catalog, every zone is one of the region's; on GCP, every zone
+  of a class's pools offers its accelerator;
 - a GPU class is one accelerator model and memory, named after it, on the GPU AMI's architecture;
 - the teams' quotas of a class fit in its pools' limits, and the pools' limits in the requested
   service quotas (vCPUs per instance family, spot and on-demand);
@@ -80,8 +81,11 @@ def capacity_problems(config: StackConfig) -> list[Problem]:
         if not found:
             types = [known.instance_types[name] for name in gpu_class.instance_types]
             classes[gpu_class.name] = (index, gpu_class, types)
+            problems += _offering_problems(config, index, gpu_class, types[0], known)
     if config.aws is not None:
         problems += _pool_problems(config, known)
+    if config.gcp is not None:
+        problems += _gke_pool_problems(config, classes, known)
     problems += _quota_problems(config, classes)
     problems += _template_problems(config, classes)
     if config.aws is not None and not problems:
@@ -168,6 +172,35 @@ def _class_problems(
     return problems
 
 
+def _offering_problems(
+    config: StackConfig, index: int, gpu_class: GpuClass, instance: InstanceType, known: Catalog
+) -> list[Problem]:
+    """The zones of a GKE class's pools that do not offer its accelerator: a node pool there
+    could never get a node (EKS: Karpenter reads the live offerings, so nothing to check)."""
+    accelerator = instance.gke_accelerator
+    if accelerator is None:
+        return []
+    offered = known.accelerator_zones.get(accelerator, {}).get(config.region, ())
+    where = f"gpu_classes[{index}].zones"
+    why = f"{accelerator} ({gpu_class.name}) is offered in {config.region} only in {list(offered)}"
+    if gpu_class.zones is None:
+        missing = [zone for zone in config.zones if zone not in offered]
+        if not missing:
+            return []
+        return [
+            (
+                where,
+                f"not set, so the class's pools span the stack's zones, but {why}: set it to the "
+                "stack's zones among those",
+            )
+        ]
+    return [
+        (f"{where}[{i}]", f"{zone!r} does not offer the class's GPUs: {why}")
+        for i, zone in enumerate(gpu_class.zones)
+        if zone not in offered
+    ]
+
+
 def _gpu(instance: InstanceType) -> str:
     return f"{instance.gpu} {instance.gpu_memory_gib} GB"
 
@@ -219,6 +252,32 @@ def _pool_problems(config: StackConfig, known: Catalog) -> list[Problem]:
                     "it is free",
                 )
             )
+    return problems
+
+
+def _gke_pool_problems(config: StackConfig, classes: dict, known: Catalog) -> list[Problem]:
+    """The stable machine type is known and has no GPU; a class's GPU limit holds at least one
+    node of one of its machine types (a GKE pool scales by whole nodes)."""
+    machine = config.gcp.stable_pool.machine_type
+    problems = [
+        p for p in [_unknown("gcp.stable_pool.machine_type", machine, known)] if p is not None
+    ]
+    if not problems and known.instance_types[machine].gpus:
+        problems.append(
+            ("gcp.stable_pool.machine_type", f"{machine!r} has GPUs; the stable pool runs none")
+        )
+    for index, gpu_class, types in classes.values():
+        smallest = min(t.gpus for t in types)
+        for capacity in ("spot_gpus", "on_demand_gpus"):
+            limit = getattr(gpu_class, capacity)
+            if 0 < limit < smallest:
+                problems.append(
+                    (
+                        f"gpu_classes[{index}].{capacity}",
+                        f"{limit} GPUs cannot hold one node of the class: its smallest machine "
+                        f"type has {smallest}",
+                    )
+                )
     return problems
 
 

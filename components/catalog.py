@@ -25,6 +25,7 @@ class InstanceType:
     gpu: str | None = None  # lower-case GPU model, e.g. "a10g"
     gpu_memory_gib: int = 0  # per GPU, as sold
     efa: int = 0  # EFA interfaces the type supports
+    gke_accelerator: str | None = None  # GKE's accelerator type, e.g. "nvidia-l4" (GCP only)
 
     @property
     def accelerator(self) -> tuple[str, int] | None:
@@ -40,6 +41,8 @@ class InstanceType:
 class Catalog:
     instance_types: dict[str, InstanceType]
     zones: dict[str, tuple[str, ...]]  # region -> its zone names
+    # accelerator type -> region -> the zones that offer it (GCP: a pool's zones must offer it)
+    accelerator_zones: dict[str, dict[str, tuple[str, ...]]]
 
 
 @cache
@@ -51,6 +54,10 @@ def catalog(cloud: str) -> Catalog:
             for name, fields in document["instance_types"].items()
         },
         zones={region: tuple(names) for region, names in document["zones"].items()},
+        accelerator_zones={
+            accelerator: {region: tuple(names) for region, names in regions.items()}
+            for accelerator, regions in document.get("accelerator_zones", {}).items()
+        },
     )
 
 

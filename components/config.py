@@ -14,8 +14,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -24,6 +22,13 @@ from pydantic import (
 )
 
 from components.capacity import capacity_problems
+from components.gcp.config import (
+    GCP_REGION,
+    LABEL_KEY,
+    LABEL_VALUE,
+    GcpConfig,
+)
+from components.schema import DNS_LABEL, CreateOrAttach, Model, NonNegativeInt, PositiveInt
 from components.versions import (
     GPU_AMI_ALIAS,
     KUBERNETES_RELEASES,
@@ -31,8 +36,6 @@ from components.versions import (
     RESERVED_NAMESPACES,
 )
 
-# Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 # Object-key prefix: slash-separated segments, no leading/trailing slash, no wildcards.
 KEY_PREFIX = r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -44,15 +47,6 @@ PRODUCTION = "prod"
 
 # Labels pydantic adds to error locations, e.g. "function-after[_check(), Pool]".
 PYDANTIC_LABEL = re.compile(r"^(function-[a-z]+|[a-z]+-union|tagged-union)\[")
-
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-
-
-class Model(BaseModel):
-    """Strict base: unknown keys are errors (a typo must never be silently ignored)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 class ClassQuota(Model):
@@ -97,7 +91,8 @@ class Team(Model):
         return value
 
 
-INSTANCE_TYPE = r"^[a-z0-9-]+\.[a-z0-9]+$"
+# EC2 instance types ("g5.xlarge") and Compute Engine machine types ("g2-standard-8").
+INSTANCE_TYPE = r"^[a-z0-9]+(-[a-z0-9]+)*(\.[a-z0-9]+)?$"
 
 
 def _unique(value: list[str]) -> list[str]:
@@ -136,6 +131,15 @@ class GpuClass(Model):
     disk_size_gib: int = Field(
         default=200, ge=20, le=16384, description="Root volume: images and local staging."
     )
+    zones: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="Zones of the class's pools, among the stack's `zones`: those that offer its "
+        "accelerator (GKE; the catalog says which). Default: the stack's zones.",
+    )
+
+    def pool_zones(self, stack_zones: list[str]) -> list[str]:
+        return list(self.zones or stack_zones)
 
 
 class Alerts(Model):
@@ -222,19 +226,9 @@ class NewCluster(Model):
         return value
 
 
-class ClusterConfig(Model):
+class ClusterConfig(CreateOrAttach):
     create: NewCluster | None = None
     existing: ExistingCluster | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> ClusterConfig:
-        if (self.create is None) == (self.existing is None):
-            raise ValueError("set exactly one of 'create' or 'existing'")
-        return self
-
-    @property
-    def name(self) -> str:
-        return (self.create or self.existing).name
 
 
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
@@ -440,11 +434,6 @@ class AwsConfig(Model):
     alarms: Alarms = Field(default_factory=Alarms)
 
 
-# Clouds with components. `cloud: gcp` is part of the schema but rejected, with this list, until
-# the GCP components and their `gcp` section land.
-CLOUDS_WITH_COMPONENTS = ("aws",)
-
-
 # Seconds between a cloud's termination notice and the kill, for pods (GKE: 15 of its 30 s).
 NOTICE_SECONDS = {"aws": 120, "gcp": 15}
 # How long after the notice the drain's SIGTERM may reach a pod. AWS: EventBridge, SQS and
@@ -579,23 +568,17 @@ class StackConfig(Model):
     cost_tags: dict[Annotated[str, Field(pattern=TAG_KEY)], str] = Field(default_factory=dict)
     aws: AwsConfig | None = Field(default=None, validate_default=True)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+    gcp: GcpConfig | None = Field(default=None, validate_default=True)
 
     # Fields validate in declaration order, so each check below sees the fields above it.
-    @field_validator("cloud")
-    @classmethod
-    def _cloud_has_components(cls, value: str) -> str:
-        if value not in CLOUDS_WITH_COMPONENTS:
-            raise ValueError(
-                f"cloud {value!r} has no components yet; allowed values: "
-                + ", ".join(repr(c) for c in CLOUDS_WITH_COMPONENTS)
-            )
-        return value
-
     @field_validator("region")
     @classmethod
     def _region_of_cloud(cls, value: str, info: ValidationInfo) -> str:
-        if info.data.get("cloud") == "aws" and not re.match(AWS_REGION, value):
+        cloud = info.data.get("cloud")
+        if cloud == "aws" and not re.match(AWS_REGION, value):
             raise ValueError(f"{value!r} is not an AWS region like 'us-east-1'")
+        if cloud == "gcp" and not re.fullmatch(GCP_REGION, value):
+            raise ValueError(f"{value!r} is not a GCP region like 'us-central1'")
         return value
 
     @field_validator("zones")
@@ -604,18 +587,44 @@ class StackConfig(Model):
         if len(set(value)) != len(value):
             raise ValueError("zones must be unique")
         region = info.data.get("region")
-        if info.data.get("cloud") == "aws" and region:
-            outside = [z for z in value if not re.match(rf"^{re.escape(region)}[a-z]$", z)]
+        # AWS zones append a letter to the region ("us-east-1a"), GCP zones a dash and a letter.
+        zone = {"aws": "{}[a-z]", "gcp": "{}-[a-z]"}.get(info.data.get("cloud"))
+        if zone and region:
+            outside = [z for z in value if not re.fullmatch(zone.format(re.escape(region)), z)]
             if outside:
                 raise ValueError(f"zones {outside} are not zones of region {region!r}")
         return value
 
+    @field_validator("gpu_classes")
+    @classmethod
+    def _class_zones_of_stack(cls, value: list[GpuClass], info: ValidationInfo) -> list[GpuClass]:
+        if "zones" not in info.data:
+            return value  # reported at zones
+        zones = info.data["zones"]
+        for gpu_class in value:
+            outside = sorted(set(gpu_class.zones or ()) - set(zones))
+            if outside:
+                raise ValueError(
+                    f"class {gpu_class.name!r}: zones {outside} are not among the stack's zones "
+                    f"{zones}"
+                )
+        return value
+
     @field_validator("cost_tags")
     @classmethod
-    def _no_reserved_tags(cls, value: dict[str, str]) -> dict[str, str]:
+    def _no_reserved_tags(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         reserved = sorted(set(value) & set(RESERVED_TAGS))
         if reserved:
             raise ValueError(f"tags {reserved} are set by the platform; remove them")
+        if info.data.get("cloud") == "gcp":
+            bad = sorted(
+                k for k, v in value.items() if not (LABEL_KEY.match(k) and LABEL_VALUE.match(v))
+            )
+            if bad:
+                raise ValueError(
+                    f"tags {bad} are not GCP labels (lowercase letters, digits, '_' and '-'; "
+                    "keys start with a letter; at most 63 characters)"
+                )
         return value
 
     @field_validator("gpu_classes")
@@ -642,15 +651,38 @@ class StackConfig(Model):
 
     @field_validator("aws")
     @classmethod
-    def _section_of_cloud(cls, value: AwsConfig | None, info: ValidationInfo) -> AwsConfig | None:
-        if info.data.get("cloud") == "aws" and value is None:
+    def _aws_only_on_aws(cls, value: AwsConfig | None, info: ValidationInfo) -> AwsConfig | None:
+        cloud = info.data.get("cloud")
+        if cloud == "aws" and value is None:
             raise ValueError("cloud 'aws' needs this section")
+        if cloud == "gcp" and value is not None:
+            raise ValueError("an AWS section in a 'gcp' stack; remove it")
         existing = value.cluster.existing if value is not None else None
         zones = info.data.get("zones") or []
         if existing is not None and len(existing.subnet_ids) < len(zones):
             raise ValueError(
                 f"cluster.existing.subnet_ids: {len(existing.subnet_ids)} subnets cannot cover "
                 f"the {len(zones)} zones {zones}; give one private subnet per zone"
+            )
+        return value
+
+    @field_validator("gcp")
+    @classmethod
+    def _gcp_only_on_gcp(cls, value: GcpConfig | None, info: ValidationInfo) -> GcpConfig | None:
+        cloud = info.data.get("cloud")
+        if cloud == "gcp" and value is None:
+            raise ValueError("cloud 'gcp' needs this section")
+        if cloud == "aws" and value is not None:
+            raise ValueError("a GCP section in an 'aws' stack; remove it")
+        if value is None:
+            return value
+        kubernetes = info.data.get("kubernetes")
+        notice = kubernetes.notice_seconds if kubernetes is not None else None
+        budget = value.spot_shutdown.user_pods_seconds
+        if notice is not None and notice > budget:
+            raise ValueError(
+                f"kubernetes.notice_seconds {notice} exceeds the {budget} s that Spot shutdown "
+                "gives user pods (spot_shutdown.seconds - critical_pods_seconds)"
             )
         return value
 

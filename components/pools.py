@@ -84,6 +84,7 @@ class ClassPool:
     architecture: str
     max_gpus: int
     disk_size_gib: int
+    zones: tuple[str, ...]  # where its nodes may come up
 
     @property
     def name(self) -> str:
@@ -122,6 +123,7 @@ def class_pools(config: StackConfig) -> list[ClassPool]:
                         "on-demand": gpu_class.on_demand_gpus,
                     }[capacity],
                     disk_size_gib=gpu_class.disk_size_gib,
+                    zones=tuple(gpu_class.pool_zones(config.zones)),
                 )
             )
     return pools

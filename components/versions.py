@@ -142,6 +142,14 @@ CHARTS = (
     DCGM_EXPORTER,
 )
 
+# GKE: the lowest control-plane version a new cluster asks for and its release channel (the
+# channel upgrades control plane and nodes together from there), and the NVIDIA driver GKE
+# installs on GPU nodes: DEFAULT is the driver GKE tests with the node's version, so it follows
+# node upgrades.
+GKE_VERSION = "1.33"
+GKE_RELEASE_CHANNEL = "REGULAR"
+GKE_GPU_DRIVER_VERSION = "DEFAULT"
+
 # Pulumi SDK and providers: the ranges in pyproject.toml (a test keeps the two equal).
 PROVIDERS = {
     "pulumi": ">=3.200,<4",
@@ -185,6 +193,14 @@ def render_tables() -> str:
     lines.append(
         f"| GPU node AMI | Karpenter AMI alias | `{GPU_AMI_ALIAS}` | EKS-optimized AL2023 NVIDIA, "
         "default of aws.gpu_ami.alias |"
+    )
+    lines.append(
+        f"| Kubernetes (GKE) | control plane, node pools | {GKE_VERSION} or later | release "
+        f"channel {GKE_RELEASE_CHANNEL}, defaults of gcp.cluster.create |"
+    )
+    lines.append(
+        f"| NVIDIA driver (GKE) | GPU driver installation | `{GKE_GPU_DRIVER_VERSION}` | GKE's "
+        "tested driver for the node version |"
     )
     for chart in CHARTS:
         source = chart.repository or chart.chart

@@ -15,7 +15,8 @@ DEFAULT_PROJECT = "preview-project"
 DEFAULT_REGION = "us-central1"
 COMPUTE = "https://www.googleapis.com/compute/v1"
 CONTAINER = "https://container.googleapis.com/v1"
-GKE_VERSION = "1.33.5-gke.1080000"
+# The patch GKE reports for a cluster or pool that names only a minor.
+GKE_PATCH_VERSION = "1.33.5-gke.1080000"
 CA_CERTIFICATE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\npreview\n").decode()
 
 
@@ -76,9 +77,17 @@ def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) 
             managedInstanceGroupUrls=[
                 g.replace("instanceGroupManagers", "instanceGroups") for g in groups
             ],
-            version=state.get("version") or GKE_VERSION,
+            version=state.get("version") or GKE_PATCH_VERSION,
         )
         return f"projects/{project}/locations/{location}/clusters/{cluster}/nodePools/{name}"
+    if typ == "gcp:artifactregistry/repository:Repository":
+        location, repository = state.get("location", region), state.get("repositoryId")
+        state.update(
+            project=project,
+            name=repository,
+            registryUri=f"{location}-docker.pkg.dev/{project}/{repository}",
+        )
+        return f"projects/{project}/locations/{location}/repositories/{repository}"
     if typ == "gcp:kms/keyRing:KeyRing":
         name = state.setdefault("name", autoname)
         return f"projects/{project}/locations/{state.get('location', region)}/keyRings/{name}"
@@ -168,7 +177,7 @@ def _cluster(state: dict, autoname: str, project: str, region: str) -> str:
             **(state.get("masterAuth") or {}),
             "clusterCaCertificate": CA_CERTIFICATE,
         },
-        masterVersion=state.get("minMasterVersion") or GKE_VERSION,
+        masterVersion=state.get("minMasterVersion") or GKE_PATCH_VERSION,
         labelFingerprint=_hex(name + "labels", 8),
     )
     return resource_id

@@ -284,8 +284,7 @@ class KarpenterArgs:
     node_role_name: pulumi.Input[str]
     subnet_ids: pulumi.Input[list[str]]
     security_group_ids: pulumi.Input[list[str]]
-    pools: tuple[ClassPool, ...]
-    zones: tuple[str, ...]
+    pools: tuple[ClassPool, ...]  # each with its zones
     ami_alias: str
     # Seconds from a notice to the kill: the nodes' terminationGracePeriod, so that a draining
     # node deletes its do-not-disrupt training pods at once, with their whole grace period.
@@ -299,8 +298,6 @@ class KarpenterArgs:
     def __post_init__(self) -> None:
         if not self.pools:
             raise ValueError("KarpenterArgs.pools: at least one GPU class pool")
-        if not self.zones:
-            raise ValueError("KarpenterArgs.zones: at least one zone")
         if self.ami_alias.endswith("@latest"):
             raise ValueError(
                 f"KarpenterArgs.ami_alias: pin a version, not {self.ami_alias!r}: an unpinned "
@@ -383,11 +380,11 @@ def node_pool(args: KarpenterArgs, pool: ClassPool) -> dict:
         "operator": "In",
         "values": list(pool.instance_types),
     }
-    zones = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": list(args.zones)}
+    zones = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": list(pool.zones)}
     if spot:
         # Spot stays available by spreading over sizes and zones.
         types["minValues"] = min(3, len(pool.instance_types))
-        zones["minValues"] = min(2, len(args.zones))
+        zones["minValues"] = min(2, len(pool.zones))
     return {
         "apiVersion": NODE_POOL_API,
         "kind": "NodePool",

@@ -190,7 +190,6 @@ def build_aws(settings: StackConfig) -> Platform:
         subnet_ids=cluster.node_subnet_ids,
         security_group_ids=cluster.node_security_group_ids,
         pools=tuple(class_pools(settings)),
-        zones=tuple(settings.zones),
         ami_alias=aws_config.gpu_ami.alias,
         notice_seconds=settings.kubernetes.notice_for("aws"),
         tags={c: cost_tags(settings.cost_tags, env, capacity=c) for c in CAPACITIES},

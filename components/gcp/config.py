@@ -1,38 +1,27 @@
 """The `gcp` section of the stack config, and what GKE allows for a Spot node's shutdown.
 
-`GcpConfig` is the section's schema. `GcpStackConfig` is `StackConfig` with that section and the
+`GcpConfig` is the section's schema; `StackConfig` (components/config.py) holds it and runs the
 GCP checks that span top-level fields (a zone of the region, cost tags that GCP accepts as labels,
-no AWS section in a GCP stack and the reverse); `load_gcp_config` validates a raw config map
-into it, with the same field-path errors as `load_config`.
+no AWS section in a GCP stack and the reverse).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from components.config import (
-    DNS_LABEL,
-    AwsConfig,
-    ClusterConfig,
-    ConfigError,
-    Model,
-    NonNegativeInt,
-    PositiveInt,
-    StackConfig,
-    _message,
-    _path,
-)
+from components.schema import DNS_LABEL, CreateOrAttach, Model, NonNegativeInt, PositiveInt
+from components.versions import GKE_RELEASE_CHANNEL, GKE_VERSION
 
 GCP_PROJECT = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
 GCP_REGION = r"^[a-z]+-[a-z]+\d+$"
 # GKE cluster names: lowercase, start with a letter, at most 40 characters.
 GKE_CLUSTER_NAME = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 # "1.35" (any patch of the minor) or an exact GKE version "1.35.0-gke.1171000".
-GKE_VERSION = r"^1\.\d{2}(\.\d+-gke\.\d+)?$"
+GKE_VERSION_PATTERN = r"^1\.\d{2}(\.\d+-gke\.\d+)?$"
 IAM_MEMBER = r"^(group|user|serviceAccount):[^@\s]+@[^@\s]+\.[^@\s]+$"
 # GCP label keys and values: lowercase letters, digits, '_' and '-'; keys start with a letter.
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -146,10 +135,10 @@ class NewGkeCluster(Model):
     """Create a regional GKE Standard cluster with its own VPC."""
 
     name: str = Field(pattern=GKE_CLUSTER_NAME)
-    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = GKE_RELEASE_CHANNEL
     version: str = Field(
-        default="1.33",
-        pattern=GKE_VERSION,
+        default=GKE_VERSION,
+        pattern=GKE_VERSION_PATTERN,
         description="Lowest control-plane version (the channel upgrades from there); it decides "
         "how much shutdown grace a Spot pool may have.",
     )
@@ -171,11 +160,12 @@ class ExistingGkeCluster(Model):
 
     name: str = Field(pattern=GKE_CLUSTER_NAME)
     version: str = Field(
-        pattern=GKE_VERSION, description="Version its nodes run; decides the Spot shutdown grace."
+        pattern=GKE_VERSION_PATTERN,
+        description="Version its nodes run; decides the Spot shutdown grace.",
     )
 
 
-class GkeClusterConfig(ClusterConfig):
+class GkeClusterConfig(CreateOrAttach):
     create: NewGkeCluster | None = None
     existing: ExistingGkeCluster | None = None
 
@@ -255,6 +245,19 @@ class Groups(Model):
     log_reader: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(default_factory=list)
 
 
+class SmtpRelay(Model):
+    """Where Alertmanager hands its email (GCP has no message service it can publish to): a
+    relay that accepts mail from the cluster's egress, such as Google Workspace's SMTP relay
+    allowing the Cloud NAT addresses (docs/deploy-gcp.md)."""
+
+    smarthost: str = Field(
+        pattern=r"^[A-Za-z0-9.-]+:\d+$", description="host:port of the relay, with STARTTLS."
+    )
+    sender: str = Field(
+        pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", description="From address of alert mail."
+    )
+
+
 class GcpAlarms(Model):
     preemptions_per_hour: PositiveInt = Field(
         default=10, description="Spot preemptions per hour that page."
@@ -275,6 +278,7 @@ class GcpConfig(Model):
         description="Preemptible GPUs to request in the stack's region, by accelerator type.",
     )
     groups: Groups
+    alert_email: SmtpRelay = Field(description="How Alertmanager's alerts reach alerts.emails.")
     alarms: GcpAlarms = Field(default_factory=GcpAlarms)
 
     @field_validator("spot_shutdown")
@@ -302,86 +306,3 @@ class GcpConfig(Model):
                 + ", ".join(sorted(PREEMPTIBLE_GPU_FAMILY))
             )
         return value
-
-
-class GcpStackConfig(StackConfig):
-    """`StackConfig` with the `gcp` section and the checks of a GCP stack."""
-
-    gcp: GcpConfig | None = Field(default=None, validate_default=True)
-
-    @field_validator("cloud")
-    @classmethod
-    def _cloud_has_components(cls, value: str) -> str:
-        return value  # both clouds have components here
-
-    @field_validator("region")
-    @classmethod
-    def _gcp_region(cls, value: str, info: ValidationInfo) -> str:
-        if info.data.get("cloud") == "gcp" and not re.fullmatch(GCP_REGION, value):
-            raise ValueError(f"{value!r} is not a GCP region like 'us-central1'")
-        return value
-
-    @field_validator("zones")
-    @classmethod
-    def _gcp_zones(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        region = info.data.get("region")
-        if info.data.get("cloud") == "gcp" and region:
-            outside = [z for z in value if not re.fullmatch(rf"{re.escape(region)}-[a-z]", z)]
-            if outside:
-                raise ValueError(f"zones {outside} are not zones of region {region!r}")
-        return value
-
-    @field_validator("cost_tags")
-    @classmethod
-    def _gcp_labels(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        if info.data.get("cloud") == "gcp":
-            bad = sorted(
-                k for k, v in value.items() if not (LABEL_KEY.match(k) and LABEL_VALUE.match(v))
-            )
-            if bad:
-                raise ValueError(
-                    f"tags {bad} are not GCP labels (lowercase letters, digits, '_' and '-'; "
-                    "keys start with a letter; at most 63 characters)"
-                )
-        return value
-
-    @field_validator("aws")
-    @classmethod
-    def _aws_only_on_aws(cls, value: AwsConfig | None, info: ValidationInfo) -> AwsConfig | None:
-        if info.data.get("cloud") == "gcp" and value is not None:
-            raise ValueError("an AWS section in a 'gcp' stack; remove it")
-        return value
-
-    @field_validator("gcp")
-    @classmethod
-    def _gcp_only_on_gcp(cls, value: GcpConfig | None, info: ValidationInfo) -> GcpConfig | None:
-        cloud = info.data.get("cloud")
-        if cloud == "gcp" and value is None:
-            raise ValueError("cloud 'gcp' needs this section")
-        if cloud == "aws" and value is not None:
-            raise ValueError("a GCP section in an 'aws' stack; remove it")
-        emails = info.data["alerts"].emails if "alerts" in info.data else []
-        if value is not None and value.spot_gpu_quota and not emails:
-            raise ValueError(
-                "spot_gpu_quota needs alerts.emails: Google asks the first address about a quota "
-                "increase"
-            )
-        kubernetes = info.data.get("kubernetes")
-        notice = kubernetes.notice_seconds if kubernetes is not None else None
-        budget = value.spot_shutdown.user_pods_seconds if value is not None else None
-        if notice is not None and budget is not None and notice > budget:
-            raise ValueError(
-                f"kubernetes.notice_seconds {notice} exceeds the {budget} s that Spot shutdown "
-                "gives user pods (spot_shutdown.seconds - critical_pods_seconds)"
-            )
-        return value
-
-
-def load_gcp_config(raw: dict[str, Any], namespace: str = "") -> GcpStackConfig:
-    """As `load_config`, for a stack that may use the `gcp` section."""
-    try:
-        return GcpStackConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(
-            [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace
-        ) from None

@@ -1,7 +1,8 @@
 """The GCP half of the platform: everything the cloud provides, handed on as one `Platform`.
 
-Draft: it takes a `GcpStackConfig` until `StackConfig` carries the `gcp` section. The Spot pools
-per GPU class come with the capacity model.
+Per GPU class, a spot and an on-demand node pool per machine type over the class's zones
+(components/gcp/nodepools.py); the stable pool for the controllers; the checkpoint bucket, the
+teams' Workload Identity, the image repository, quotas and alerting.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from components.config import NOTICE_SOURCES
+from components.catalog import catalog
+from components.config import NOTICE_SOURCES, StackConfig
 from components.gcp.cluster import Cluster, ClusterArgs
-from components.gcp.config import GcpStackConfig
 from components.gcp.iam import (
     CheckpointWriterRole,
     CheckpointWriterRoleArgs,
@@ -23,19 +24,20 @@ from components.gcp.iam import (
     TeamTrainingIdentityArgs,
     account_id,
 )
-from components.gcp.nodepools import GkeNodePool, GkeNodePoolArgs
+from components.gcp.nodepools import GkeClassPool, GkeClassPoolArgs, GkeNodePool, GkeNodePoolArgs
 from components.gcp.observability import Observability, ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
+from components.gcp.registry import ImageRepository, ImageRepositoryArgs
 from components.gcp.storage import CheckpointBucket, CheckpointBucketArgs
 from components.platform import Platform
-from components.pools import PoolSpec
+from components.pools import PoolSpec, class_pools
 from components.tags import cost_tags
 
 # The annotation that lets a Kubernetes service account act as a Google service account.
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
 
 
-def build_gcp(settings: GcpStackConfig) -> Platform:
+def build_gcp(settings: StackConfig) -> Platform:
     """Network, cluster, stable pool, checkpoint bucket, identities, quotas and alerting of a GCP
     stack; the Kubernetes layer gets them as one `Platform`."""
     gcp_config, env, project = settings.gcp, settings.environment, settings.gcp.project
@@ -62,13 +64,15 @@ def build_gcp(settings: GcpStackConfig) -> Platform:
         opts=opts,
     )
     stable = gcp_config.stable_pool
+    machines = catalog("gcp").instance_types
     stable_pool = GkeNodePool(
         f"{env}-stable",
         GkeNodePoolArgs(
             spec=PoolSpec(
                 tier="stable",
-                capacity="on-demand",
                 instance_types=(stable.machine_type,),
+                architecture=machines[stable.machine_type].architecture,
+                gpus=False,
                 min_size=stable.min_nodes_per_zone,
                 max_size=stable.max_nodes_per_zone,
                 desired_size=stable.min_nodes_per_zone,
@@ -80,6 +84,35 @@ def build_gcp(settings: GcpStackConfig) -> Platform:
             zones=settings.zones,
             service_account=nodes.email,
             labels=cost_tags(settings.cost_tags, env, capacity="on-demand"),
+        ),
+        opts=opts,
+    )
+    gpu_pools = {
+        f"{pool.name}-{machine}": GkeClassPool(
+            f"{env}-{pool.name}-{machine}",
+            GkeClassPoolArgs(
+                pool=pool,
+                machine=machines[machine],
+                project=project,
+                cluster=cluster.name,
+                location=cluster.location,
+                service_account=nodes.email,
+                shutdown=gcp_config.spot_shutdown if pool.capacity == "spot" else None,
+                labels=cost_tags(settings.cost_tags, env, capacity=pool.capacity),
+            ),
+            opts=opts,
+        )
+        for pool in class_pools(settings)
+        for machine in pool.instance_types
+        if pool.max_gpus >= machines[machine].gpus
+    }
+    repository = ImageRepository(
+        f"{env}-images",
+        ImageRepositoryArgs(
+            project=project,
+            location=settings.region,
+            repository_id=f"{env}-training",
+            labels=labels,
         ),
         opts=opts,
     )
@@ -165,7 +198,12 @@ def build_gcp(settings: GcpStackConfig) -> Platform:
         "training_service_accounts", {name: identity.email for name, identity in identities.items()}
     )
     pulumi.export("preemption_metric", observability.preemption_metric)
-    pulumi.export("node_pools", {"stable": stable_pool.name})
+    pulumi.export("image_repository", repository.url)
+    pulumi.export(
+        "node_pools",
+        {"stable": stable_pool.name, **{key: pool.name for key, pool in gpu_pools.items()}},
+    )
+    relay = gcp_config.alert_email
     return Platform(
         cloud="gcp",
         region=settings.region,
@@ -176,12 +214,29 @@ def build_gcp(settings: GcpStackConfig) -> Platform:
             )
             for team in settings.teams
         },
+        # The Spot pools' graceful shutdown sets the budget; GKE's is on the node, so no lag.
         notice_seconds=settings.kubernetes.notice_seconds
         or gcp_config.spot_shutdown.user_pods_seconds,
         notice_sources=NOTICE_SOURCES["gcp"],
-        ready=[cluster, stable_pool],
+        notice_lag_seconds=settings.kubernetes.notice_lag_for("gcp"),
+        image_repository=repository.url,
+        alert_receiver={
+            "email_configs": [
+                {
+                    "to": email,
+                    "from": relay.sender,
+                    "smarthost": relay.smarthost,
+                    "require_tls": True,
+                    "send_resolved": True,
+                }
+                for email in settings.alerts.emails
+            ]
+        },
+        ready=[cluster, stable_pool, *identities.values()],
         service_account_annotations={
             name: {WORKLOAD_IDENTITY_ANNOTATION: identity.email}
             for name, identity in identities.items()
         },
+        # GKE installs the NVIDIA driver and runs the device plugin on its GPU nodes.
+        needs_device_plugin=False,
     )

@@ -81,9 +81,10 @@ def test_unknown_field_is_named():
     assert ("gpu_classes[0].instance_type", unknown) in error.problems
 
 
-def test_cloud_without_components_is_reported_with_allowed_values():
+def test_each_cloud_needs_its_own_section_and_allowed_values_are_named():
     error = _error(_set(stack_values("dev"), ["cloud"], "gcp"))
-    assert "cloud 'gcp' has no components yet; allowed values: 'aws'" in str(error)
+    assert ("aws", "an AWS section in a 'gcp' stack; remove it") in error.problems
+    assert ("gcp", "cloud 'gcp' needs this section") in error.problems
     error = _error(_set(stack_values("dev"), ["cloud"], "azure"))
     assert error.problems == [("cloud", "Input should be 'aws' or 'gcp'")]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -10,8 +11,10 @@ from gcp_programs import gcp_program_copy, tiny_program
 from previewed import Preview
 from stack_files import GCP_PROGRAM, REPO_ROOT, gcp_stack_values
 
+from components.catalog import catalog
+from components.config import load_config
 from components.gcp.cluster import ClusterArgs
-from components.gcp.config import ShutdownGrace, load_gcp_config
+from components.gcp.config import ShutdownGrace
 from components.gcp.iam import (
     CHECKPOINT_PERMISSIONS,
     NodeServiceAccountArgs,
@@ -20,16 +23,16 @@ from components.gcp.iam import (
     prefix_condition,
 )
 from components.gcp.kms import ServiceKeyArgs
-from components.gcp.nodepools import GkeNodePoolArgs
+from components.gcp.nodepools import GkeClassPoolArgs, GkeNodePoolArgs
 from components.gcp.observability import ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotasArgs, preemptible_gpu_quota_id
 from components.gcp.storage import CheckpointBucketArgs
-from components.pools import CAPACITY_TYPE_LABEL, POOL_LABEL, PoolSpec
+from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, PoolSpec, class_pools
 from spotctl.preview import PreviewError, preview_program
 from spotctl.preview_gcp import project_number
 
-PROD = load_gcp_config(gcp_stack_values("gcp-prod"))
-ATTACH = load_gcp_config(gcp_stack_values("gcp-attach"))
+PROD = load_config(gcp_stack_values("gcp-prod"))
+ATTACH = load_config(gcp_stack_values("gcp-attach"))
 COST_KEYS = {"team", "env", "capacity-type"}
 
 
@@ -145,9 +148,11 @@ def test_kubeconfig_authenticates_with_the_gke_plugin_and_stores_no_secret(stack
 def test_attached_cluster_creates_no_cluster_or_network(attach: Preview):
     assert attach.of_type("gcp:container/cluster:Cluster") == []
     assert attach.of_type("gcp:compute/network:Network") == []
-    pool = attach.one("gcp:container/nodePool:NodePool")
-    assert pool.inputs["cluster"] == "shared-dev"
-    assert pool.inputs["location"] == ATTACH.region
+    pools = attach.of_type("gcp:container/nodePool:NodePool")
+    assert len(pools) == 5  # stable, and spot and on-demand of l4-24gb's two machine types
+    for pool in pools:
+        assert pool.inputs["cluster"] == "shared-dev"
+        assert pool.inputs["location"] == ATTACH.region
 
 
 def test_attached_cluster_without_workload_identity_fails_the_preview(tmp_path):
@@ -195,34 +200,87 @@ def test_stable_pool_is_on_demand_untainted_and_locked_down(prod: Preview):
     assert roles == {"roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader"}
 
 
-SPOT_POOL_PROGRAM = """
-import pulumi, pulumi_gcp as gcp
-from components.gcp.config import ShutdownGrace
-from components.gcp.nodepools import GkeNodePool, GkeNodePoolArgs
-from components.pools import PoolSpec
-
-GkeNodePool("spot", GkeNodePoolArgs(
-    spec=PoolSpec(tier="spot", capacity="spot", instance_types=("a3-highgpu-8g",),
-                  min_size=0, max_size=4, desired_size=0, disk_size_gib=500),
-    project="p", cluster="c", location="us-central1", zones=["us-central1-a", "us-central1-b"],
-    service_account="nodes@p.iam.gserviceaccount.com",
-    shutdown=ShutdownGrace(seconds=120, critical_pods_seconds=15),
-))
-"""
-
-
-def test_spot_pool_is_tainted_and_sets_its_shutdown_grace(tmp_path):
-    program = tiny_program(tmp_path, SPOT_POOL_PROGRAM)
-    pool = Preview("t", preview_program(program, "test")).one("gcp:container/nodePool:NodePool")
+@pytest.mark.parametrize("capacity", ["spot", "on-demand"])
+def test_class_pools_scale_from_zero_over_the_zones_that_offer_their_gpus(prod: Preview, capacity):
+    h100 = next(c for c in PROD.gpu_classes if c.name == "h100-80gb")
+    (pool,) = [
+        p
+        for p in prod.of_type("gcp:container/nodePool:NodePool")
+        if p.inputs.get("name") == f"h100-80gb-{capacity}-a3-highgpu-8g"
+    ]
     node = pool.inputs["nodeConfig"]
-    assert node["spot"] is True
-    assert node["taints"] == [{"key": "capacity-type", "value": "spot", "effect": "NO_SCHEDULE"}]
-    assert node["kubeletConfig"] == {
-        "shutdownGracePeriodSeconds": 120,
-        "shutdownGracePeriodCriticalPodsSeconds": 15,
+    assert pool.inputs["nodeLocations"] == h100.zones == ["us-central1-a", "us-central1-c"]
+    limit = h100.spot_gpus if capacity == "spot" else h100.on_demand_gpus
+    assert pool.inputs["autoscaling"] == {
+        "totalMinNodeCount": 0,
+        "totalMaxNodeCount": limit // 8,  # 8 H100s per a3-highgpu-8g
+        "locationPolicy": "ANY",
     }
-    assert pool.inputs["autoscaling"]["locationPolicy"] == "ANY"
-    assert len(pool.outputs["instanceGroupUrls"]) == 2
+    assert node["machineType"] == "a3-highgpu-8g"
+    assert node["spot"] is (capacity == "spot")
+    assert node["guestAccelerators"] == [
+        {
+            "type": "nvidia-h100-80gb",
+            "count": 8,
+            "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"},
+        }
+    ]
+    assert node["labels"] == {
+        POOL_LABEL: f"h100-80gb-{capacity}",
+        CAPACITY_TYPE_LABEL: capacity,
+        GPU_CLASS_LABEL: "h100-80gb",
+    }
+    assert node["resourceLabels"]["capacity-type"] == capacity
+    if capacity == "spot":
+        assert node["taints"] == [
+            {"key": "capacity-type", "value": "spot", "effect": "NO_SCHEDULE"}
+        ]
+        shutdown = PROD.gcp.spot_shutdown
+        assert node["kubeletConfig"] == {
+            "shutdownGracePeriodSeconds": shutdown.seconds,
+            "shutdownGracePeriodCriticalPodsSeconds": shutdown.critical_pods_seconds,
+        }
+    else:
+        assert node["taints"] == [] and "kubeletConfig" not in node
+
+
+def test_every_machine_type_of_every_class_has_a_pool_per_capacity(prod: Preview):
+    names = {p.inputs.get("name") for p in prod.of_type("gcp:container/nodePool:NodePool")}
+    expected = {
+        f"{c.name}-{capacity}-{machine}"
+        for c in PROD.gpu_classes
+        for capacity in ("spot", "on-demand")
+        for machine in c.instance_types
+    }
+    assert expected <= names
+
+
+CLASS_POOL = dict(
+    project="p", cluster="c", location="us-central1", service_account="n@p.iam.gserviceaccount.com"
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"shutdown": None}, "a Spot pool needs it"),
+        ({"machine": "g2-standard-8"}, "is not a type of class 'h100-80gb'"),
+        ({"max_gpus": 4}, "4 GPUs cannot hold one a3-highgpu-8g"),
+    ],
+)
+def test_class_pool_args_refuse_what_gke_cannot_build(change, message):
+    machines = catalog("gcp").instance_types
+    (pool,) = [p for p in class_pools(PROD) if p.name == "h100-80gb-spot"]
+    if "max_gpus" in change:
+        pool = dataclasses.replace(pool, max_gpus=change["max_gpus"])
+    args = dict(
+        CLASS_POOL,
+        pool=pool,
+        machine=machines[change.get("machine", "a3-highgpu-8g")],
+        shutdown=change.get("shutdown", ShutdownGrace()),
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GkeClassPoolArgs(**args)
 
 
 # --- checkpoint bucket
@@ -384,7 +442,7 @@ def test_alerts_notify_by_email_and_link_their_runbook(prod: Preview):
     )
     policies = prod.of_type("gcp:monitoring/alertPolicy:AlertPolicy")
     assert {p.name.rsplit("-", 1)[1] for p in policies} == {"SpotPreemptionsHigh", "GpuIdleHigh"}
-    base = PROD.kubernetes.monitoring.runbook_base_url
+    base = PROD.alerts.runbook_base_url
     metric = prod.one("gcp:logging/metric:Metric")
     for policy in policies:
         assert sorted(policy.inputs["notificationChannels"]) == sorted(
@@ -434,8 +492,9 @@ def test_platform_notice_budget_follows_the_shutdown_grace(prod: Preview, attach
 def _spec(**changes) -> PoolSpec:
     base = {
         "tier": "stable",
-        "capacity": "on-demand",
         "instance_types": ("n2-standard-8",),
+        "architecture": "x86_64",
+        "gpus": False,
         "min_size": 1,
         "max_size": 3,
         "desired_size": 1,
@@ -471,10 +530,6 @@ POOL = {
                 project="p", region="us-central1", zones=[], node_service_account="n"
             ),
             "ClusterArgs: set exactly one of 'create' or 'existing'",
-        ),
-        (
-            lambda: GkeNodePoolArgs(spec=_spec(), shutdown=ShutdownGrace(), **POOL),
-            "GkeNodePoolArgs.shutdown: GKE sets the kubelet shutdown grace on Spot pools only",
         ),
         (
             lambda: GkeNodePoolArgs(spec=_spec(instance_types=("a", "b")), **POOL),

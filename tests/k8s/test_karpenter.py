@@ -166,7 +166,6 @@ def test_karpenter_args_refuse_an_unpinned_ami() -> None:
             subnet_ids=[],
             security_group_ids=[],
             pools=tuple(class_pools(PROD)),
-            zones=("us-west-2a",),
             ami_alias="al2023@latest",
             notice_seconds=120,
         )
