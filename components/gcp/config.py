@@ -272,6 +272,12 @@ class GcpConfig(Model):
     cluster: GkeClusterConfig
     stable_pool: StablePoolConfig = Field(default_factory=StablePoolConfig)
     spot_shutdown: ShutdownGrace = Field(default_factory=ShutdownGrace)
+    active_migration: bool = Field(
+        default=True,
+        description="Move running spot-first pods from on-demand back to spot when spot returns "
+        "(ComputeClass activeMigration): an eviction the runtime handles as a notice. False: "
+        "back to spot only at the next restart, as on EKS.",
+    )
     checkpoint_storage: GcsCheckpointStorage = Field(default_factory=GcsCheckpointStorage)
     spot_gpu_quota: dict[str, PositiveInt] = Field(
         default_factory=dict,

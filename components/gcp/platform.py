@@ -13,6 +13,12 @@ import pulumi_gcp as gcp
 from components.catalog import catalog
 from components.config import NOTICE_SOURCES, StackConfig
 from components.gcp.cluster import Cluster, ClusterArgs
+from components.gcp.computeclass import (
+    COMPUTE_CLASS_LABEL,
+    ClassOrder,
+    ComputeClasses,
+    ComputeClassesArgs,
+)
 from components.gcp.iam import (
     CheckpointWriterRole,
     CheckpointWriterRoleArgs,
@@ -24,13 +30,19 @@ from components.gcp.iam import (
     TeamTrainingIdentityArgs,
     account_id,
 )
-from components.gcp.nodepools import GkeClassPool, GkeClassPoolArgs, GkeNodePool, GkeNodePoolArgs
+from components.gcp.nodepools import (
+    GkeClassPool,
+    GkeClassPoolArgs,
+    GkeNodePool,
+    GkeNodePoolArgs,
+    class_pool_name,
+)
 from components.gcp.observability import Observability, ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
 from components.gcp.registry import ImageRepository, ImageRepositoryArgs
 from components.gcp.storage import CheckpointBucket, CheckpointBucketArgs
 from components.platform import Platform
-from components.pools import PoolSpec, class_pools
+from components.pools import CAPACITIES, PoolSpec, class_pools
 from components.tags import cost_tags
 
 # The annotation that lets a Kubernetes service account act as a Google service account.
@@ -88,7 +100,7 @@ def build_gcp(settings: StackConfig) -> Platform:
         opts=opts,
     )
     gpu_pools = {
-        f"{pool.name}-{machine}": GkeClassPool(
+        (pool, machine): GkeClassPool(
             f"{env}-{pool.name}-{machine}",
             GkeClassPoolArgs(
                 pool=pool,
@@ -201,9 +213,34 @@ def build_gcp(settings: StackConfig) -> Platform:
     pulumi.export("image_repository", repository.url)
     pulumi.export(
         "node_pools",
-        {"stable": stable_pool.name, **{key: pool.name for key, pool in gpu_pools.items()}},
+        {
+            "stable": stable_pool.name,
+            **{
+                f"{pool.name}-{machine}": node_pool.name
+                for (pool, machine), node_pool in gpu_pools.items()
+            },
+        },
     )
     relay = gcp_config.alert_email
+    compute_classes = ComputeClassesArgs(
+        classes=tuple(
+            ClassOrder(
+                gpu_class=gpu_class.name,
+                **{
+                    f"{capacity.replace('-', '_')}_pools": tuple(
+                        class_pool_name(pool, machine)
+                        for (pool, machine) in gpu_pools
+                        if pool.gpu_class == gpu_class.name and pool.capacity == capacity
+                    )
+                    for capacity in CAPACITIES
+                },
+            )
+            for gpu_class in settings.gpu_classes
+        ),
+        active_migration=gcp_config.active_migration,
+    )
+    # A ComputeClass names its pools: it comes once they exist.
+    pools_ready = pulumi.ResourceOptions(depends_on=list(gpu_pools.values()))
     return Platform(
         cloud="gcp",
         region=settings.region,
@@ -237,6 +274,13 @@ def build_gcp(settings: StackConfig) -> Platform:
             name: {WORKLOAD_IDENTITY_ANNOTATION: identity.email}
             for name, identity in identities.items()
         },
+        addons={
+            "compute-classes": lambda name, opts: ComputeClasses(
+                name, compute_classes, pulumi.ResourceOptions.merge(opts, pools_ready)
+            )
+        },
         # GKE installs the NVIDIA driver and runs the device plugin on its GPU nodes.
         needs_device_plugin=False,
+        needs_dcgm_exporter=False,
+        compute_class_label=COMPUTE_CLASS_LABEL,
     )

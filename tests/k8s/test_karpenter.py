@@ -135,7 +135,7 @@ def test_every_rendered_job_template_fits_an_instance_type_of_its_class(
     least one instance type of the class it selects, after what the node keeps for itself."""
     config = load_config(stack_values(stack))
     classes = {c.name: c for c in config.gpu_classes}
-    types = catalog("aws").instance_types
+    types = catalog(config.cloud).instance_types
     rendered = render(stack_previews(stack))
     checked = 0
     for docs in rendered.templates.values():
