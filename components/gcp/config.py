@@ -242,7 +242,14 @@ class Groups(Model):
 
     platform_admin: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(min_length=1)
     ml_engineer: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(default_factory=list)
-    log_reader: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(default_factory=list)
+    log_reader: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(
+        default_factory=list, description="Read logs; view (never edit) the team namespaces."
+    )
+    team_engineers: dict[str, list[Annotated[str, Field(pattern=IAM_MEMBER)]]] = Field(
+        default_factory=dict,
+        description="By team name: who may edit that team's namespace only (RBAC through Google "
+        "Groups for RBAC); they are ML engineers of the project too.",
+    )
 
 
 class SmtpRelay(Model):
@@ -265,6 +272,17 @@ class GcpAlarms(Model):
     gpu_idle_percent: int = Field(
         default=50, ge=1, le=100, description="Average GPU idle share that warns."
     )
+
+
+def rbac_subject(member: str) -> dict:
+    """An IAM member as GKE's RBAC names it: groups by address (Google Groups for RBAC), users
+    and Google service accounts by email."""
+    kind, _, email = member.partition(":")
+    return {
+        "kind": "Group" if kind == "group" else "User",
+        "name": email,
+        "apiGroup": "rbac.authorization.k8s.io",
+    }
 
 
 class GcpConfig(Model):

@@ -19,6 +19,7 @@ from components.gcp.computeclass import (
     ComputeClasses,
     ComputeClassesArgs,
 )
+from components.gcp.config import rbac_subject
 from components.gcp.iam import (
     CheckpointWriterRole,
     CheckpointWriterRoleArgs,
@@ -175,7 +176,12 @@ def build_gcp(settings: StackConfig) -> Platform:
             project=project,
             bucket=bucket.bucket,
             platform_admin=groups.platform_admin,
-            ml_engineer=groups.ml_engineer,
+            # Team engineers need the cluster's credentials too; RBAC scopes them in it.
+            ml_engineer=list(
+                dict.fromkeys(
+                    [*groups.ml_engineer, *(m for ms in groups.team_engineers.values() for m in ms)]
+                )
+            ),
             log_reader=groups.log_reader,
         ),
         opts=opts,
@@ -283,4 +289,15 @@ def build_gcp(settings: StackConfig) -> Platform:
         needs_device_plugin=False,
         needs_dcgm_exporter=False,
         compute_class_label=COMPUTE_CLASS_LABEL,
+        team_role_bindings={
+            team.name: {
+                role: [rbac_subject(m) for m in members]
+                for role, members in (
+                    ("edit", groups.team_engineers.get(team.name, [])),
+                    ("view", groups.log_reader),
+                )
+                if members
+            }
+            for team in settings.teams
+        },
     )

@@ -120,6 +120,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                             team.name, {}
                         ),
                         monitoring_namespace=MONITORING,
+                        role_bindings=dict(platform.team_role_bindings.get(team.name, {})),
                     ),
                     child,
                 )

@@ -409,6 +409,32 @@ def test_groups_are_separated_as_on_aws(prod: Preview):
     assert bucket_admins == [admin]
 
 
+def test_each_teams_engineers_edit_only_their_namespace_and_log_readers_view(prod: Preview):
+    groups = PROD.gcp.groups
+    bindings = prod.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    by_namespace: dict[str, dict[str, list[str]]] = {}
+    for binding in bindings:
+        inputs = binding.inputs
+        by_namespace.setdefault(inputs["metadata"]["namespace"], {})[inputs["roleRef"]["name"]] = [
+            f"{s['kind']}:{s['name']}" for s in inputs["subjects"]
+        ]
+    readers = [f"Group:{m.removeprefix('group:')}" for m in groups.log_reader]
+    assert by_namespace == {
+        team.namespace: {
+            "edit": [f"Group:{m.removeprefix('group:')}" for m in groups.team_engineers[team.name]],
+            "view": readers,
+        }
+        for team in PROD.teams
+    }
+    # Team engineers may fetch the cluster's credentials; RBAC scopes them in it.
+    viewers = {
+        m.inputs["member"]
+        for m in prod.of_type("gcp:projects/iAMMember:IAMMember")
+        if m.inputs["role"] == "roles/container.clusterViewer"
+    }
+    assert {m for ms in groups.team_engineers.values() for m in ms} <= viewers
+
+
 # --- quotas and observability
 
 

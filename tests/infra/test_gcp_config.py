@@ -136,6 +136,11 @@ def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
             "does not match",
         ),
         (
+            changed("gcp.groups.team_engineers", {"robotics": ["group:r@example.com"]}),
+            "gcp",
+            "groups.team_engineers names teams ['robotics'] that are not in teams[].name",
+        ),
+        (
             changed("gcp.project", "Spot_Training"),
             "gcp.project",
             "does not match",
