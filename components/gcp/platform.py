@@ -43,7 +43,7 @@ from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
 from components.gcp.registry import ImageRepository, ImageRepositoryArgs
 from components.gcp.storage import CheckpointBucket, CheckpointBucketArgs
 from components.platform import Platform
-from components.pools import CAPACITIES, PoolSpec, class_pools
+from components.pools import PoolSpec, class_pools
 from components.tags import cost_tags
 
 # The annotation that lets a Kubernetes service account act as a Google service account.
@@ -228,20 +228,18 @@ def build_gcp(settings: StackConfig) -> Platform:
         },
     )
     relay = gcp_config.alert_email
+
+    def pool_names(gpu_class: str, capacity: str) -> tuple[str, ...]:
+        return tuple(
+            class_pool_name(pool, machine)
+            for pool, machine in gpu_pools
+            if pool.gpu_class == gpu_class and pool.capacity == capacity
+        )
+
     compute_classes = ComputeClassesArgs(
         classes=tuple(
-            ClassOrder(
-                gpu_class=gpu_class.name,
-                **{
-                    f"{capacity.replace('-', '_')}_pools": tuple(
-                        class_pool_name(pool, machine)
-                        for (pool, machine) in gpu_pools
-                        if pool.gpu_class == gpu_class.name and pool.capacity == capacity
-                    )
-                    for capacity in CAPACITIES
-                },
-            )
-            for gpu_class in settings.gpu_classes
+            ClassOrder(c.name, pool_names(c.name, "spot"), pool_names(c.name, "on-demand"))
+            for c in settings.gpu_classes
         ),
         active_migration=gcp_config.active_migration,
     )
