@@ -1,6 +1,6 @@
-"""Speed of the offline operations on the prod stack, beside a one-bucket baseline program.
+"""Speed of the offline operations on the prod stacks, beside a one-bucket baseline program.
 
-    python benchmarks/ops.py [--stack prod]
+    python benchmarks/ops.py [--stack prod --stack gcp-prod]
 
 The baseline is a program with a single S3 bucket run through the same mock engine and the same
 policy pack: it is the fixed cost (interpreter, SDK imports, plugin start) that every run pays on
@@ -76,31 +76,35 @@ def measure(program: Path, stack: str, with_render: bool) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stack", default="prod")
+    parser.add_argument(
+        "--stack", action="append", help="A stack to measure (default: prod and gcp-prod)."
+    )
     args = parser.parse_args()
+    stacks = args.stack or ["prod", "gcp-prod"]
 
     with tempfile.TemporaryDirectory(prefix="ops-bench-") as tmp:
         for name, text in BASELINE_PROGRAM.items():
             (Path(tmp) / name).write_text(text)
         baseline = measure(Path(tmp), "bench", with_render=False)
-    stack = measure(REPO_ROOT, args.stack, with_render=True)
+    figures = {name: measure(REPO_ROOT, name, with_render=True) for name in stacks}
 
-    table = Table(
-        title=f"offline operations on stack {args.stack!r} ({stack['resources']} resources)"
-    )
-    for column in ("figure", "stack s", "baseline s", "ratio", "goal s"):
-        table.add_column(column, justify="right")
-    for figure, goal in GOALS_S.items():
-        base = baseline.get(figure, baseline["preview_s"])
-        table.add_row(
-            figure,
-            f"{stack[figure]:.2f}",
-            f"{base:.2f}",
-            f"{stack[figure] / base:.2f}",
-            f"{goal:g}",
+    for name, stack in figures.items():
+        table = Table(
+            title=f"offline operations on stack {name!r} ({stack['resources']} resources)"
         )
-    Console().print(table)
-    print(json.dumps({"stack": stack, "baseline": baseline, "goals_s": GOALS_S}))
+        for column in ("figure", "stack s", "baseline s", "ratio", "goal s"):
+            table.add_column(column, justify="right")
+        for figure, goal in GOALS_S.items():
+            base = baseline.get(figure, baseline["preview_s"])
+            table.add_row(
+                figure,
+                f"{stack[figure]:.2f}",
+                f"{base:.2f}",
+                f"{stack[figure] / base:.2f}",
+                f"{goal:g}",
+            )
+        Console().print(table)
+    print(json.dumps({"stacks": figures, "baseline": baseline, "goals_s": GOALS_S}))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ VM_MEMORY_OVERHEAD = 0.075
 # NVIDIA device plugin, the DCGM exporter, the Prometheus node exporter), with headroom.
 DAEMONSET_MILLICPU = 500
 DAEMONSET_MIB = 1024
+# GKE's kube-reserved memory (cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes):
+# a share of each band of the machine's memory, (GiB in the band, share); CPU as above. Its
+# eviction threshold is the same 100 MiB.
+GKE_MEMORY_RESERVED = ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02))
 # EC2 service quota groups of the GPU instance families, by the family's first letter.
 QUOTA_FAMILIES = {"p": "p_family_vcpus", "g": "g_family_vcpus"}
 
@@ -53,7 +57,7 @@ class Allocatable:
     gpus: int
 
 
-def allocatable(instance: InstanceType) -> Allocatable:
+def allocatable(instance: InstanceType, cloud: str = "aws") -> Allocatable:
     cores = instance.vcpus
     reserved_millicpu = (
         60
@@ -61,8 +65,15 @@ def allocatable(instance: InstanceType) -> Allocatable:
         + 5 * min(max(cores - 2, 0), 2)
         + 2.5 * max(cores - 4, 0)
     )
-    memory_mib = instance.memory_gib * 1024 * (1 - VM_MEMORY_OVERHEAD)
-    reserved_mib = 11 * MAX_PODS + 255 + EVICTION_MIB
+    if cloud == "gcp":
+        memory_mib = instance.memory_gib * 1024
+        reserved_mib, left = EVICTION_MIB, instance.memory_gib
+        for band, share in GKE_MEMORY_RESERVED:
+            reserved_mib += min(left, band) * share * 1024
+            left = max(left - band, 0)
+    else:
+        memory_mib = instance.memory_gib * 1024 * (1 - VM_MEMORY_OVERHEAD)
+        reserved_mib = 11 * MAX_PODS + 255 + EVICTION_MIB
     return Allocatable(
         millicpu=int(cores * 1000 - reserved_millicpu - DAEMONSET_MILLICPU),
         memory_mib=int(memory_mib - reserved_mib - DAEMONSET_MIB),
@@ -87,7 +98,7 @@ def capacity_problems(config: StackConfig) -> list[Problem]:
     if config.gcp is not None:
         problems += _gke_pool_problems(config, classes, known)
     problems += _quota_problems(config, classes)
-    problems += _template_problems(config, classes)
+    problems += _template_problems(config, classes, config.cloud)
     if config.aws is not None and not problems:
         problems += _service_quota_problems(config, classes, known)
     kube = config.kubernetes
@@ -324,7 +335,7 @@ def efa_interfaces(config: StackConfig, gpu_class: GpuClass) -> int:
     return min(types[name].efa for name in gpu_class.instance_types)
 
 
-def _template_problems(config: StackConfig, classes: dict) -> list[Problem]:
+def _template_problems(config: StackConfig, classes: dict, cloud: str) -> list[Problem]:
     templates = config.kubernetes.templates
     problems = []
     for t, team in enumerate(config.teams):
@@ -340,19 +351,19 @@ def _template_problems(config: StackConfig, classes: dict) -> list[Problem]:
             continue
         if class_key not in classes:
             continue
-        problem = _fit_problem(templates.gpus_per_node, *classes[class_key])
+        problem = _fit_problem(templates.gpus_per_node, *classes[class_key], cloud)
         if problem and problem not in problems:
             problems.append(problem)
     return problems
 
 
 def _fit_problem(
-    gpus: int, index: int, gpu_class: GpuClass, types: list[InstanceType]
+    gpus: int, index: int, gpu_class: GpuClass, types: list[InstanceType], cloud: str
 ) -> Problem | None:
     """Whether a pod of `gpus` GPUs of the class, with its CPU and memory, fits one of its types."""
     millicpu = gpus * gpu_class.cpu_per_gpu * 1000
     memory_mib = gpus * gpu_class.memory_gib_per_gpu * 1024
-    room = [(t, allocatable(t)) for t in types]
+    room = [(t, allocatable(t, cloud)) for t in types]
     if any(
         a.gpus >= gpus and a.millicpu >= millicpu and a.memory_mib >= memory_mib for _, a in room
     ):

@@ -676,6 +676,13 @@ class StackConfig(Model):
             raise ValueError("a GCP section in an 'aws' stack; remove it")
         if value is None:
             return value
+        teams = {team.name for team in info.data.get("teams") or []}
+        unknown = sorted(set(value.groups.team_engineers) - teams)
+        if "teams" in info.data and unknown:
+            raise ValueError(
+                f"groups.team_engineers names teams {unknown} that are not in teams[].name "
+                f"({', '.join(sorted(teams))})"
+            )
         kubernetes = info.data.get("kubernetes")
         notice = kubernetes.notice_seconds if kubernetes is not None else None
         budget = value.spot_shutdown.user_pods_seconds

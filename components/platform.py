@@ -46,7 +46,16 @@ class Platform:
     service_account_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
     # Add-ons the Kubernetes layer builds first, by name suffix (EKS: Karpenter and its pools).
     addons: Mapping[str, ClusterAddon] = field(default_factory=dict)
+    # By team: ClusterRole -> RBAC subjects bound in the team's namespace (GKE: the team's
+    # engineers edit, log readers view; EKS scopes people with access entries instead).
+    team_role_bindings: Mapping[str, Mapping[str, list[dict]]] = field(default_factory=dict)
     # Annotations every training pod carries, e.g. the provisioner's "never move a running pod".
     training_pod_annotations: dict[str, str] = field(default_factory=dict)
-    # Whether the Kubernetes layer installs the NVIDIA device plugin (GKE brings its own).
+    # Whether the Kubernetes layer installs the NVIDIA device plugin and the DCGM exporter (GKE
+    # brings its own: the plugin with its GPU driver installation, DCGM metrics as a managed
+    # monitoring component).
     needs_device_plugin: bool = True
+    needs_dcgm_exporter: bool = True
+    # The node label (and taint key) by which pods select a GPU class's node class, valued with
+    # the class name, where the cloud orders spot before on-demand that way (GKE's ComputeClass).
+    compute_class_label: str | None = None

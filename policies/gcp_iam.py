@@ -1,7 +1,10 @@
-"""Identity on GCP: no long-lived keys. Nodes and pods get short-lived tokens (node service
-accounts, Workload Identity Federation for GKE); a key file is a credential that never expires."""
+"""Identity on GCP: no long-lived keys (nodes and pods get short-lived tokens: node service
+accounts, Workload Identity Federation for GKE; a key file is a credential that never expires),
+and a workload's bucket access limited to its team's prefix."""
 
 from __future__ import annotations
+
+import re
 
 from policies.rule import MANDATORY, ResourceRule
 
@@ -19,6 +22,35 @@ def _check_no_keys(args, report_violation, _settings) -> None:
         )
 
 
+BUCKET_GRANTS = (
+    "gcp:storage/bucketIAMMember:BucketIAMMember",
+    "gcp:storage/bucketIAMBinding:BucketIAMBinding",
+)
+# An IAM condition that keeps a grant to objects under one prefix, ending in '/' (so that
+# `teams/vision` never reaches `teams/vision-2/...`).
+PREFIX_SCOPED = re.compile(
+    r'resource\.name\.startsWith\("projects/_/buckets/[^/"]+/objects/[^"]+/"\)'
+)
+
+
+def _check_prefix_scoped(args, report_violation, _settings) -> None:
+    if args.resource_type not in BUCKET_GRANTS:
+        return
+    inputs = args.props
+    members = [inputs.get("member")] + list(inputs.get("members") or [])
+    workloads = [m for m in members if isinstance(m, str) and m.startswith("serviceAccount:")]
+    if not workloads:
+        return
+    expression = (inputs.get("condition") or {}).get("expression") or ""
+    if not PREFIX_SCOPED.search(expression):
+        report_violation(
+            f"'{args.name}' grants {inputs.get('role')} on the bucket to {', '.join(workloads)} "
+            "without a condition to one prefix ending in '/' (resource.name.startsWith("
+            '"projects/_/buckets/<bucket>/objects/<prefix>/")): a workload would reach '
+            "every team's checkpoints"
+        )
+
+
 POLICIES = [
     ResourceRule(
         "gcp-no-service-account-keys",
@@ -26,6 +58,14 @@ POLICIES = [
         "A key is a long-lived credential that leaks with any file it is copied into; pods and "
         "nodes get short-lived tokens instead.",
         _check_no_keys,
+        MANDATORY,
+    ),
+    ResourceRule(
+        "gcs-workload-prefix-scoped",
+        "A service account's grant on a bucket is conditioned to one object prefix.",
+        "Each team's training identity may use only its own checkpoint prefix; an unconditioned "
+        "grant reaches every team's checkpoints (counterpart of iam-workload-prefix-scoped).",
+        _check_prefix_scoped,
         MANDATORY,
     ),
 ]

@@ -15,6 +15,7 @@ Each render replaces these three folders; anything else in OUT is left alone.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -160,10 +161,19 @@ _CrdLoader.add_constructor(
 )
 
 
+# JSON Schemas of a whole object, by file name, for kinds whose CRD is the cluster's own and not
+# published (GKE's ComputeClass): the file cannot name its group, so this table does.
+OBJECT_SCHEMA_FILES = {"computeclass_v1.json": ("cloud.google.com/v1", "ComputeClass")}
+
+
 def crd_schemas(crd_dirs: Iterable[Path]) -> dict[tuple[str, str], dict]:
-    """(apiVersion, kind) -> openAPIV3Schema of every served version of the CRDs found."""
+    """(apiVersion, kind) -> openAPIV3Schema of every served version of the CRDs found, and the
+    whole-object schemas of OBJECT_SCHEMA_FILES."""
     schemas = {}
     for folder in crd_dirs:
+        for path in sorted(Path(folder).rglob("*.json")):
+            if path.name in OBJECT_SCHEMA_FILES:
+                schemas[OBJECT_SCHEMA_FILES[path.name]] = json.loads(path.read_text())
         for path in sorted(Path(folder).rglob("*.y*ml")):
             for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader):
                 if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":

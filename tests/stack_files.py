@@ -6,6 +6,14 @@ from pathlib import Path
 
 import yaml
 
+from components.versions import (
+    CHARTS,
+    DCGM_EXPORTER,
+    KARPENTER,
+    KARPENTER_CRD,
+    NVIDIA_DEVICE_PLUGIN,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STACKS = sorted(p.name.split(".")[1] for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
 
@@ -16,12 +24,18 @@ def stack_values(stack: str) -> dict:
     return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
 
 
-# The GCP half's own program and stacks, until the repository's program dispatches to it.
-GCP_PROGRAM = REPO_ROOT / "tests" / "infra" / "programs" / "gcp"
-GCP_STACKS = sorted(p.name.split(".")[1] for p in (GCP_PROGRAM / "stacks").glob("Pulumi.*.yaml"))
+def _cloud(stack: str) -> str:
+    return stack_values(stack)["cloud"]
 
 
-def gcp_stack_values(stack: str) -> dict:
-    """A GCP stack file's config, keyed by schema field."""
-    document = yaml.safe_load((GCP_PROGRAM / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
+AWS_STACKS = [stack for stack in STACKS if _cloud(stack) == "aws"]
+GCP_STACKS = [stack for stack in STACKS if _cloud(stack) == "gcp"]
+
+
+def charts_of(cloud: str) -> set[str]:
+    """The charts a stack of the cloud installs: on GKE, no Karpenter, and the device plugin and
+    DCGM come with GKE's GPU nodes."""
+    charts = {chart.name for chart in CHARTS}
+    if cloud == "gcp":
+        charts -= {c.name for c in (KARPENTER_CRD, KARPENTER, NVIDIA_DEVICE_PLUGIN, DCGM_EXPORTER)}
+    return charts

@@ -151,7 +151,9 @@ class Cluster(pulumi.ComponentResource):
             master_auth={"client_certificate_config": {"issue_client_certificate": False}},
             logging_config={"enable_components": ["SYSTEM_COMPONENTS", "APISERVER", "WORKLOADS"]},
             monitoring_config={
-                "enable_components": ["SYSTEM_COMPONENTS"],
+                # DCGM: GKE runs the DCGM exporter on the GPU nodes whose driver it installed,
+                # into Managed Service for Prometheus (per-GPU utilisation, memory, errors).
+                "enable_components": ["SYSTEM_COMPONENTS", "DCGM"],
                 "managed_prometheus": {"enabled": True},
             },
             cost_management_config={"enabled": True},

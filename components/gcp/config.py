@@ -242,7 +242,14 @@ class Groups(Model):
 
     platform_admin: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(min_length=1)
     ml_engineer: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(default_factory=list)
-    log_reader: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(default_factory=list)
+    log_reader: list[Annotated[str, Field(pattern=IAM_MEMBER)]] = Field(
+        default_factory=list, description="Read logs; view (never edit) the team namespaces."
+    )
+    team_engineers: dict[str, list[Annotated[str, Field(pattern=IAM_MEMBER)]]] = Field(
+        default_factory=dict,
+        description="By team name: who may edit that team's namespace only (RBAC through Google "
+        "Groups for RBAC); they are ML engineers of the project too.",
+    )
 
 
 class SmtpRelay(Model):
@@ -267,11 +274,28 @@ class GcpAlarms(Model):
     )
 
 
+def rbac_subject(member: str) -> dict:
+    """An IAM member as GKE's RBAC names it: groups by address (Google Groups for RBAC), users
+    and Google service accounts by email."""
+    kind, _, email = member.partition(":")
+    return {
+        "kind": "Group" if kind == "group" else "User",
+        "name": email,
+        "apiGroup": "rbac.authorization.k8s.io",
+    }
+
+
 class GcpConfig(Model):
     project: str = Field(pattern=GCP_PROJECT, description="Project id that holds the platform.")
     cluster: GkeClusterConfig
     stable_pool: StablePoolConfig = Field(default_factory=StablePoolConfig)
     spot_shutdown: ShutdownGrace = Field(default_factory=ShutdownGrace)
+    active_migration: bool = Field(
+        default=True,
+        description="Move running spot-first pods from on-demand back to spot when spot returns "
+        "(ComputeClass activeMigration): an eviction the runtime handles as a notice. False: "
+        "back to spot only at the next restart, as on EKS.",
+    )
     checkpoint_storage: GcsCheckpointStorage = Field(default_factory=GcsCheckpointStorage)
     spot_gpu_quota: dict[str, PositiveInt] = Field(
         default_factory=dict,

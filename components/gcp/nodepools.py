@@ -20,6 +20,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.catalog import InstanceType
+from components.gcp.computeclass import COMPUTE_CLASS_LABEL
 from components.gcp.config import ShutdownGrace
 from components.pools import ClassPool, PoolSpec, Taint
 from components.versions import GKE_GPU_DRIVER_VERSION
@@ -199,12 +200,14 @@ class GkeClassPool(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:gcp:GkeClassPool", name, None, opts)
         pool, machine = args.pool, args.machine
+        # The class's ComputeClass uses only the pools that carry its label and taint.
+        compute_class = Taint(COMPUTE_CLASS_LABEL, pool.gpu_class, "NoSchedule")
         node_config = node_settings(
             machine.name,
             pool.capacity == "spot",
             pool.disk_size_gib,
-            pool.labels,
-            pool.taints,
+            {**pool.labels, COMPUTE_CLASS_LABEL: pool.gpu_class},
+            (*pool.taints, compute_class),
             args.labels,
             args.service_account,
         )

@@ -13,6 +13,13 @@ import pulumi_gcp as gcp
 from components.catalog import catalog
 from components.config import NOTICE_SOURCES, StackConfig
 from components.gcp.cluster import Cluster, ClusterArgs
+from components.gcp.computeclass import (
+    COMPUTE_CLASS_LABEL,
+    ClassOrder,
+    ComputeClasses,
+    ComputeClassesArgs,
+)
+from components.gcp.config import rbac_subject
 from components.gcp.iam import (
     CheckpointWriterRole,
     CheckpointWriterRoleArgs,
@@ -24,7 +31,13 @@ from components.gcp.iam import (
     TeamTrainingIdentityArgs,
     account_id,
 )
-from components.gcp.nodepools import GkeClassPool, GkeClassPoolArgs, GkeNodePool, GkeNodePoolArgs
+from components.gcp.nodepools import (
+    GkeClassPool,
+    GkeClassPoolArgs,
+    GkeNodePool,
+    GkeNodePoolArgs,
+    class_pool_name,
+)
 from components.gcp.observability import Observability, ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
 from components.gcp.registry import ImageRepository, ImageRepositoryArgs
@@ -88,7 +101,7 @@ def build_gcp(settings: StackConfig) -> Platform:
         opts=opts,
     )
     gpu_pools = {
-        f"{pool.name}-{machine}": GkeClassPool(
+        (pool, machine): GkeClassPool(
             f"{env}-{pool.name}-{machine}",
             GkeClassPoolArgs(
                 pool=pool,
@@ -163,7 +176,12 @@ def build_gcp(settings: StackConfig) -> Platform:
             project=project,
             bucket=bucket.bucket,
             platform_admin=groups.platform_admin,
-            ml_engineer=groups.ml_engineer,
+            # Team engineers need the cluster's credentials too; RBAC scopes them in it.
+            ml_engineer=list(
+                dict.fromkeys(
+                    [*groups.ml_engineer, *(m for ms in groups.team_engineers.values() for m in ms)]
+                )
+            ),
             log_reader=groups.log_reader,
         ),
         opts=opts,
@@ -201,9 +219,32 @@ def build_gcp(settings: StackConfig) -> Platform:
     pulumi.export("image_repository", repository.url)
     pulumi.export(
         "node_pools",
-        {"stable": stable_pool.name, **{key: pool.name for key, pool in gpu_pools.items()}},
+        {
+            "stable": stable_pool.name,
+            **{
+                f"{pool.name}-{machine}": node_pool.name
+                for (pool, machine), node_pool in gpu_pools.items()
+            },
+        },
     )
     relay = gcp_config.alert_email
+
+    def pool_names(gpu_class: str, capacity: str) -> tuple[str, ...]:
+        return tuple(
+            class_pool_name(pool, machine)
+            for pool, machine in gpu_pools
+            if pool.gpu_class == gpu_class and pool.capacity == capacity
+        )
+
+    compute_classes = ComputeClassesArgs(
+        classes=tuple(
+            ClassOrder(c.name, pool_names(c.name, "spot"), pool_names(c.name, "on-demand"))
+            for c in settings.gpu_classes
+        ),
+        active_migration=gcp_config.active_migration,
+    )
+    # A ComputeClass names its pools: it comes once they exist.
+    pools_ready = pulumi.ResourceOptions(depends_on=list(gpu_pools.values()))
     return Platform(
         cloud="gcp",
         region=settings.region,
@@ -237,6 +278,24 @@ def build_gcp(settings: StackConfig) -> Platform:
             name: {WORKLOAD_IDENTITY_ANNOTATION: identity.email}
             for name, identity in identities.items()
         },
+        addons={
+            "compute-classes": lambda name, opts: ComputeClasses(
+                name, compute_classes, pulumi.ResourceOptions.merge(opts, pools_ready)
+            )
+        },
         # GKE installs the NVIDIA driver and runs the device plugin on its GPU nodes.
         needs_device_plugin=False,
+        needs_dcgm_exporter=False,
+        compute_class_label=COMPUTE_CLASS_LABEL,
+        team_role_bindings={
+            team.name: {
+                role: [rbac_subject(m) for m in members]
+                for role, members in (
+                    ("edit", groups.team_engineers.get(team.name, [])),
+                    ("view", groups.log_reader),
+                )
+                if members
+            }
+            for team in settings.teams
+        },
     )

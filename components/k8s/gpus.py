@@ -41,6 +41,7 @@ GPU_NODE_TOLERATIONS = [
 @dataclass(frozen=True)
 class GpuAgentsArgs:
     device_plugin: bool = True
+    dcgm_exporter: bool = True
 
 
 def device_plugin_values() -> dict:
@@ -75,5 +76,6 @@ class GpuAgents(pulumi.ComponentResource):
             helm_release(
                 f"{name}-device-plugin", NVIDIA_DEVICE_PLUGIN, device_plugin_values(), child
             )
-        helm_release(f"{name}-dcgm-exporter", DCGM_EXPORTER, dcgm_exporter_values(), child)
+        if args.dcgm_exporter:
+            helm_release(f"{name}-dcgm-exporter", DCGM_EXPORTER, dcgm_exporter_values(), child)
         self.register_outputs({})

@@ -73,6 +73,8 @@ class KueueArgs:
     classes: tuple[KueueClass, ...]
     gpu_resource: str = "nvidia.com/gpu"
     settings: KueueConfig = field(default_factory=KueueConfig)
+    # The node label that selects a class's node class, where the cluster has them (GKE).
+    compute_class_label: str | None = None
 
     def __post_init__(self) -> None:
         if not self.teams:
@@ -121,8 +123,10 @@ def kueue_configuration(settings: KueueConfig) -> dict:
     }
 
 
-def resource_flavor(gpu_class: str, capacity: Capacity) -> dict:
-    placement = class_placement(gpu_class, capacity)
+def resource_flavor(
+    gpu_class: str, capacity: Capacity, compute_class_label: str | None = None
+) -> dict:
+    placement = class_placement(gpu_class, capacity, compute_class_label)
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceFlavor",
@@ -241,7 +245,7 @@ class KueueQueues(pulumi.ComponentResource):
         custom_resource(f"{name}-cohort", cohort, child)
         for gpu_class in args.classes:
             for capacity in CAPACITIES:
-                flavor = resource_flavor(gpu_class.name, capacity)
+                flavor = resource_flavor(gpu_class.name, capacity, args.compute_class_label)
                 custom_resource(f"{name}-flavor-{flavor['metadata']['name']}", flavor, child)
         for team in args.teams:
             custom_resource(f"{name}-cq-{team.team}", cluster_queue(args, team), child)

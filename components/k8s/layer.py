@@ -85,7 +85,10 @@ class KubernetesLayer(pulumi.ComponentResource):
         ]
         GpuAgents(
             f"{name}-gpus",
-            GpuAgentsArgs(device_plugin=platform.needs_device_plugin),
+            GpuAgentsArgs(
+                device_plugin=platform.needs_device_plugin,
+                dcgm_exporter=platform.needs_dcgm_exporter,
+            ),
             pulumi.ResourceOptions(parent=self, depends_on=[monitoring.release, *addons]),
         )
         Priorities(f"{name}-priorities", PrioritiesArgs(), child)
@@ -117,6 +120,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                             team.name, {}
                         ),
                         monitoring_namespace=MONITORING,
+                        role_bindings=dict(platform.team_role_bindings.get(team.name, {})),
                     ),
                     child,
                 )
@@ -143,6 +147,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 ),
                 gpu_resource=s.gpu_resource,
                 settings=s.kueue,
+                compute_class_label=platform.compute_class_label,
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[*namespaces, monitoring.release]),
         )
@@ -184,7 +189,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 notice_seconds=platform.notice_seconds,
                 notice_sources=platform.notice_sources,
                 notice_lag_seconds=platform.notice_lag_seconds,
-                placement=class_placement(gpu_class.name, "spot"),
+                placement=class_placement(gpu_class.name, "spot", platform.compute_class_label),
                 gpus=t.gpus_per_node,
                 cpu=str(t.gpus_per_node * gpu_class.cpu_per_gpu),
                 memory=f"{t.gpus_per_node * gpu_class.memory_gib_per_gpu}Gi",

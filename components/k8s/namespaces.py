@@ -26,6 +26,9 @@ class TeamNamespaceArgs:
     service_account_annotations: dict[str, str] = field(default_factory=dict)
     # Prometheus scrapes training pods from here.
     monitoring_namespace: str = "monitoring"
+    # ClusterRole -> RBAC subjects bound to it in this namespace only (where the cloud's own
+    # access control does not scope people to a namespace: GKE).
+    role_bindings: dict[str, list[dict]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -122,5 +125,17 @@ class TeamNamespace(pulumi.ComponentResource):
             },
             opts=in_namespace,
         )
+        for role, subjects in args.role_bindings.items():
+            k8s.rbac.v1.RoleBinding(
+                f"{name}-{role}",
+                metadata={"name": f"team-{role}", "namespace": args.namespace, "labels": labels},
+                role_ref={
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                subjects=subjects,
+                opts=in_namespace,
+            )
         self.namespace = namespace.metadata.apply(lambda m: m["name"])
         self.register_outputs({"namespace": self.namespace})

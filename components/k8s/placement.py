@@ -40,16 +40,27 @@ class Placement:
         }
 
 
-def class_placement(gpu_class: str, capacity: Capacity) -> Placement:
+def class_placement(
+    gpu_class: str, capacity: Capacity, compute_class_label: str | None = None
+) -> Placement:
     """A GPU class's capacity, as Kueue's flavors and the Job templates select it.
 
     Spot-first placement names the class only, not the capacity type: its pods tolerate the spot
     taint and prefer spot nodes, and the provisioner puts them on the class's on-demand nodes
     when spot cannot be had. The on-demand placement is pinned to on-demand nodes.
+
+    Where the provisioner's spot-then-on-demand order is a node class of the cluster's own (GKE's
+    ComputeClass, named after the GPU class), the pods select it by `compute_class_label` and
+    tolerate the taint of that key its nodes carry.
     """
-    if capacity == "spot":
-        return Placement({GPU_CLASS_LABEL: gpu_class}, (SPOT_TAINT,))
-    return Placement({GPU_CLASS_LABEL: gpu_class, CAPACITY_TYPE_LABEL: "on-demand"})
+    labels = {GPU_CLASS_LABEL: gpu_class}
+    taints = (SPOT_TAINT,) if capacity == "spot" else ()
+    if capacity == "on-demand":
+        labels[CAPACITY_TYPE_LABEL] = "on-demand"
+    if compute_class_label is not None:
+        labels[compute_class_label] = gpu_class
+        taints = (*taints, Taint(compute_class_label, gpu_class, "NoSchedule"))
+    return Placement(labels, taints)
 
 
 # What a training pod prefers among the nodes its placement allows.

@@ -44,6 +44,10 @@ def command(
         tuple[float, float] | None,
         typer.Option(help="Seconds after the start between which spot cannot be provisioned."),
     ] = D.stockout_s,
+    cloud: Annotated[
+        str,
+        typer.Option(help="Notices of the spot pool: any (every path in turn) or gcp (GCE only)."),
+    ] = D.cloud,
     final_phase: Annotated[
         float, typer.Option(help="Share of a job's last steps to run on on-demand.")
     ] = D.final_phase,
@@ -83,6 +87,7 @@ def command(
             hard_kill_window_s=hard_kill_window_s,
             on_demand_after_s=on_demand_after_s,
             stockout_s=stockout_s,
+            cloud=cloud,
             final_phase=final_phase,
             timeout_s=timeout_s,
             prices=Prices(spot=spot_price, on_demand=on_demand_price),

@@ -12,6 +12,9 @@ ON_DEMAND = "on-demand"
 # How each spot node announces a preemption, in turn: AWS IMDS, GCE metadata, or a node drain
 # (Karpenter's interruption handling / GKE graceful shutdown), which reaches the pod as SIGTERM.
 FLAVOURS = ("aws", "gce", "sigterm")
+# The notice paths of the drill's spot pool, by `--cloud`: every path in turn, or a GKE Spot pool
+# seen through the GCE metadata server alone.
+CLOUD_FLAVOURS = {"any": FLAVOURS, "gcp": ("gce",)}
 
 
 @dataclass(eq=False)
@@ -94,10 +97,12 @@ class Cluster:
     nodes: list[Node]
 
     @classmethod
-    def start(cls, spot_nodes: int, on_demand_nodes: int) -> Cluster:
+    def start(
+        cls, spot_nodes: int, on_demand_nodes: int, flavours: tuple[str, ...] = FLAVOURS
+    ) -> Cluster:
         nodes = []
         for i in range(spot_nodes):
-            flavour = FLAVOURS[i % len(FLAVOURS)]
+            flavour = flavours[i % len(flavours)]
             nodes.append(
                 Node(
                     f"spot-{i + 1}",

@@ -56,6 +56,9 @@ class DrillConfig:
     """Seconds until a reclaimed spot node's capacity comes back."""
     scale_down_s: float = 1.0
     """An empty node is released after this long (the autoscaler's scale-down delay)."""
+    cloud: str = "any"
+    """Whose notices the spot pool serves: "any" (AWS IMDS, GCE metadata and SIGTERM, node by
+    node) or "gcp" (GCE metadata only, as a GKE Spot pool)."""
     imds_poll_s: float = 1.0
     """How often trainers on AWS-flavoured nodes poll IMDS (at most 5 s)."""
     timeout_s: float = 300.0
@@ -81,6 +84,8 @@ class DrillConfig:
             problems.append("--notice-s must be positive")
         if not 0 <= self.final_phase < 1:
             problems.append("--final-phase must be in [0, 1)")
+        if self.cloud not in ("any", "gcp"):
+            problems.append("--cloud must be any or gcp")
         if not 0 < self.imds_poll_s <= 5:
             problems.append("--imds-poll-s must be in (0, 5]")
         if self.prices.spot < 0 or self.prices.on_demand <= 0:

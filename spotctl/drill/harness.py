@@ -16,7 +16,7 @@ from pathlib import Path
 
 from spotsafe.preemption import EXIT_PREEMPTED
 
-from spotctl.drill.cluster import ON_DEMAND, SPOT, Cluster, Node
+from spotctl.drill.cluster import CLOUD_FLAVOURS, ON_DEMAND, SPOT, Cluster, Node
 from spotctl.drill.config import DrillConfig
 from spotctl.drill.jobs import Interruption, Job, JobSpec, Run
 
@@ -62,7 +62,9 @@ class Drill:
         self.logs = logs
         self.on_event = on_event
         self.rng = random.Random(config.seed)
-        self.cluster = Cluster.start(config.spot_nodes, config.on_demand_nodes)
+        self.cluster = Cluster.start(
+            config.spot_nodes, config.on_demand_nodes, CLOUD_FLAVOURS[config.cloud]
+        )
         self.jobs = [
             Job(
                 JobSpec(

@@ -55,6 +55,19 @@ def test_noticed_preemptions_lose_no_steps(report: dict) -> None:
         assert interruption["notice_to_resume_s"] > interruption["notice_to_durable_s"]
 
 
+def test_gce_notices_alone_lose_no_steps(tmp_path: Path) -> None:
+    """A GKE Spot pool: every notice comes through the GCE metadata server only."""
+    path = tmp_path / "report.json"
+    result = drill(*SMALL_DRILL, "--cloud", "gcp", "--out", str(tmp_path), "--json", str(path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(path.read_text())
+    noticed = [i for i in report["interruptions"] if i["kind"] == "notice"]
+    assert noticed and {i["source"] for i in noticed} == {"gce"}
+    for interruption in noticed:
+        assert interruption["lost_steps"] == 0 and interruption["fitted_deadline"] is True
+    assert all(job["weights_sha256"] == job["reference_sha256"] for job in report["jobs"])
+
+
 def test_every_job_finishes_with_the_reference_weights(report: dict) -> None:
     assert any(i["kind"] == "hard" for i in report["interruptions"]), "a hard kill landed"
     assert len(report["jobs"]) == 2
@@ -79,6 +92,7 @@ def test_pools_cost_and_timeline_are_reported(report: dict) -> None:
         (["--jobs", "0"], "--jobs must be at least 1"),
         (["--size", "huge"], "--size must be small or medium"),
         (["--notice-s", "0"], "--notice-s must be positive"),
+        (["--cloud", "azure"], "--cloud must be any or gcp"),
     ],
 )
 def test_bad_options_are_named_without_a_traceback(args: list[str], message: str) -> None:

@@ -4,6 +4,7 @@ one line per problem that names the field."""
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -262,8 +263,19 @@ def test_allocatable_follows_the_eks_reservations():
     assert big.millicpu == 192_000 - (60 + 10 + 10 + 2.5 * 188) - 500
 
 
-def test_catalog_rows_are_consistent():
-    known = catalog("aws")
+def test_allocatable_follows_the_gke_reservations():
+    """g2-standard-8: 8 vCPU, 32 GiB. CPU as on EKS. Memory: GKE keeps 25 % of the first 4 GiB,
+    20 % of the next 4, 10 % of the next 8 and 6 % of the next 16 (3.56 GiB), 100 MiB eviction
+    threshold, and 1 GiB of DaemonSets; no hypervisor share."""
+    room = allocatable(catalog("gcp").instance_types["g2-standard-8"], "gcp")
+    assert room.millicpu == 8000 - (60 + 10 + 10 + 2.5 * 4) - 500
+    assert room.memory_mib == int(32 * 1024 - 3.56 * 1024 - 100 - 1024)
+    assert room.gpus == 1
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_catalog_rows_are_consistent(cloud):
+    known = catalog(cloud)
     for name, instance in known.instance_types.items():
         assert instance.name == name and instance.vcpus > 0 and instance.memory_gib > 0
         assert instance.architecture in ("x86_64", "arm64")
@@ -272,10 +284,15 @@ def test_catalog_rows_are_consistent():
             assert class_name(instance.accelerator) == f"{instance.gpu}-{instance.gpu_memory_gib}gb"
         else:
             assert instance.gpu is None and instance.accelerator is None
+    separator = {"aws": "", "gcp": "-"}[cloud]
     for region, zones in known.zones.items():
-        assert zones and all(
-            zone.startswith(region) and len(zone) == len(region) + 1 for zone in zones
-        )
+        assert zones and all(re.fullmatch(f"{region}{separator}[a-z]", zone) for zone in zones)
+    # On GCP every GPU machine names its GKE accelerator, offered only in zones of the catalog.
+    for instance in known.instance_types.values():
+        assert (instance.gke_accelerator is not None) == (cloud == "gcp" and instance.gpus > 0)
+    for regions in known.accelerator_zones.values():
+        for region, zones in regions.items():
+            assert zones and set(zones) <= set(known.zones[region]), region
 
 
 def test_cli_refuses_a_template_that_fits_no_node_with_exit_2(program_copy):

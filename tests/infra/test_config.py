@@ -20,7 +20,12 @@ SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 @pytest.mark.parametrize("stack", STACKS)
 def test_repository_stacks_validate(stack):
     config = load_config(stack_values(stack))
-    assert config.cloud == "aws" and config.aws is not None
+    # Exactly the section of its cloud; the stack's name says which.
+    assert (config.aws is not None, config.gcp is not None) == (
+        config.cloud == "aws",
+        config.cloud == "gcp",
+    )
+    assert config.cloud == ("gcp" if stack.startswith("gcp-") else "aws")
 
 
 def test_prod_has_three_zones_and_two_teams():

@@ -1,5 +1,6 @@
-"""docs/deploy.md, checked: its offline commands run as printed, and what the others name (config
-paths, stack outputs, shell syntax) exists, so the page cannot drift from the program."""
+"""docs/deploy.md and docs/deploy-gcp.md, checked: their offline commands run as printed, and what
+the others name (config paths, stack outputs, shell syntax) exists, so the pages cannot drift
+from the program."""
 
 from __future__ import annotations
 
@@ -17,18 +18,18 @@ from stack_files import REPO_ROOT, stack_values
 
 from components.config import ConfigError, StackConfig, load_config
 
-DOC = REPO_ROOT / "docs" / "deploy.md"
+DOCS = [REPO_ROOT / "docs" / "deploy.md", REPO_ROOT / "docs" / "deploy-gcp.md"]
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 PLACEHOLDER = re.compile(r"<[^<>\n]+>")
 
 
-def blocks(language: str) -> list[str]:
-    return [body for lang, body in BLOCK.findall(DOC.read_text()) if lang == language]
+def blocks(doc: Path, language: str) -> list[str]:
+    return [body for lang, body in BLOCK.findall(doc.read_text()) if lang == language]
 
 
-def commands() -> list[str]:
+def commands(doc: Path) -> list[str]:
     """Every command of the bash blocks, continuation lines joined, comments dropped."""
-    text = "\n".join(blocks("bash")).replace("\\\n", " ")
+    text = "\n".join(blocks(doc, "bash")).replace("\\\n", " ")
     lines = (line.split("  #")[0].strip() for line in text.splitlines())
     return [line for line in lines if line and not line.startswith("#")]
 
@@ -74,45 +75,68 @@ def test_the_path_check_rejects_a_misspelt_path():
     assert not resolves("alerts.email")
 
 
-def test_every_bash_block_is_valid_shell():
-    assert blocks("bash")
-    for body in blocks("bash"):
+@pytest.fixture(params=DOCS, ids=lambda doc: doc.name)
+def doc(request) -> Path:
+    return request.param
+
+
+def test_every_bash_block_is_valid_shell(doc):
+    assert blocks(doc, "bash")
+    for body in blocks(doc, "bash"):
         check = subprocess.run(
             ["bash", "-n"], input=PLACEHOLDER.sub("x", body), capture_output=True, text=True
         )
         assert check.returncode == 0, f"{check.stderr}\n{body}"
 
 
-def test_every_config_path_the_page_names_exists():
+def test_every_config_path_the_page_names_exists(doc):
     paths = [
         shlex.split(command)[4]
-        for command in commands()
+        for command in commands(doc)
         if command.startswith("pulumi config set --path")
     ]
-    table = re.findall(r"^\| `([a-z_.\[\]<>]+)` \|", DOC.read_text(), re.MULTILINE)
+    table = re.findall(r"^\| `([a-z_.\[\]<>]+)` \|", doc.read_text(), re.MULTILINE)
     assert len(paths) >= 4 and len(table) >= 10
     for path in paths + table:
         assert resolves(path), path
 
 
-def test_every_stack_output_the_page_reads_is_exported():
-    sources = "".join(p.read_text() for p in (REPO_ROOT / "components").rglob("*.py"))
+def test_every_stack_output_the_page_reads_is_exported(doc):
+    cloud = "gcp" if doc.name == "deploy-gcp.md" else "aws"
+    sources = "".join(p.read_text() for p in (REPO_ROOT / "components" / cloud).rglob("*.py"))
     exported = set(re.findall(r'pulumi\.export\(\s*"([a-z_]+)"', sources))
-    read = {m for c in commands() for m in re.findall(r"pulumi stack output (\w+)", c)}
+    read = {m for c in commands(doc) for m in re.findall(r"pulumi stack output (\w+)", c)}
     assert read and read <= exported, read - exported
 
 
-def test_the_config_error_shown_is_the_one_the_schema_gives():
+def _queue_age_that_cannot_fire() -> dict:
     values = stack_values("prod")
     values["aws"]["alarms"]["queue_age_seconds"] = 600
+    return values
+
+
+def _zone_of_another_region() -> dict:
+    values = stack_values("gcp-prod")
+    values["zones"] = ["us-central1-a", "europe-west4-a"]
+    return values
+
+
+@pytest.mark.parametrize(
+    ("doc", "broken"),
+    [(DOCS[0], _queue_age_that_cannot_fire), (DOCS[1], _zone_of_another_region)],
+    ids=lambda value: getattr(value, "name", ""),
+)
+def test_the_config_error_shown_is_the_one_the_schema_gives(doc, broken):
     with pytest.raises(ConfigError) as caught:
-        load_config(values, namespace="spot-training")
-    (shown,) = blocks("console")
+        load_config(broken(), namespace="spot-training")
+    (shown,) = blocks(doc, "console")
     assert shown.strip() == f"error: {caught.value}"
 
 
 @pytest.mark.parametrize(
-    "command", [c for c in commands() if c.startswith(".venv/bin/spotctl")], ids=lambda c: c[18:]
+    "command",
+    [c for doc in DOCS for c in commands(doc) if c.startswith(".venv/bin/spotctl")],
+    ids=lambda c: c[18:],
 )
 def test_offline_commands_run_as_printed(command):
     spotctl = str(Path(sys.executable).with_name("spotctl"))

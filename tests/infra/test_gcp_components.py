@@ -7,13 +7,14 @@ import json
 import re
 
 import pytest
-from gcp_programs import gcp_program_copy, tiny_program
+from gcp_programs import tiny_program
 from previewed import Preview
-from stack_files import GCP_PROGRAM, REPO_ROOT, gcp_stack_values
+from stack_files import REPO_ROOT, stack_values
 
 from components.catalog import catalog
 from components.config import load_config
 from components.gcp.cluster import ClusterArgs
+from components.gcp.computeclass import COMPUTE_CLASS_LABEL
 from components.gcp.config import ShutdownGrace
 from components.gcp.iam import (
     CHECKPOINT_PERMISSIONS,
@@ -31,21 +32,19 @@ from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, P
 from spotctl.preview import PreviewError, preview_program
 from spotctl.preview_gcp import project_number
 
-PROD = load_config(gcp_stack_values("gcp-prod"))
-ATTACH = load_config(gcp_stack_values("gcp-attach"))
+PROD = load_config(stack_values("gcp-prod"))
+DEV = load_config(stack_values("gcp-dev"))
 COST_KEYS = {"team", "env", "capacity-type"}
 
 
 @pytest.fixture(scope="module")
 def prod() -> Preview:
-    return Preview("gcp-prod", preview_program(GCP_PROGRAM, "gcp-prod", strict_deprecations=True))
+    return Preview("gcp-prod", preview_program(REPO_ROOT, "gcp-prod", strict_deprecations=True))
 
 
 @pytest.fixture(scope="module")
-def attach() -> Preview:
-    return Preview(
-        "gcp-attach", preview_program(GCP_PROGRAM, "gcp-attach", strict_deprecations=True)
-    )
+def dev() -> Preview:
+    return Preview("gcp-dev", preview_program(REPO_ROOT, "gcp-dev", strict_deprecations=True))
 
 
 # --- network and cluster
@@ -112,10 +111,10 @@ def test_cluster_is_regional_private_and_runs_workload_identity_and_dataplane_v2
     assert agent.urn in cluster.dependencies
 
 
-def test_without_authorized_networks_the_endpoint_is_private_only(tmp_path):
-    values = gcp_stack_values("gcp-prod")
+def test_without_authorized_networks_the_endpoint_is_private_only(program_copy):
+    values = stack_values("gcp-prod")
     del values["gcp"]["cluster"]["create"]["authorized_networks"]
-    preview = Preview("p", preview_program(gcp_program_copy(tmp_path, "p", values), "p"))
+    preview = Preview("p", preview_program(program_copy("p", values), "p"))
     cluster = preview.one("gcp:container/cluster:Cluster")
     assert cluster.inputs["privateClusterConfig"]["enablePrivateEndpoint"] is True
     assert cluster.inputs["masterAuthorizedNetworksConfig"]["cidrBlocks"] == []
@@ -125,7 +124,7 @@ def kubeconfig_of(preview: Preview) -> dict:
     return json.loads(preview.one("pulumi:providers:kubernetes").inputs["kubeconfig"])
 
 
-@pytest.mark.parametrize("stack", ["prod", "attach"])
+@pytest.mark.parametrize("stack", ["prod", "dev"])
 def test_kubeconfig_authenticates_with_the_gke_plugin_and_stores_no_secret(stack, request):
     preview = request.getfixturevalue(stack)
     kubeconfig = kubeconfig_of(preview)
@@ -140,19 +139,19 @@ def test_kubeconfig_authenticates_with_the_gke_plugin_and_stores_no_secret(stack
         }
     }
     (cluster,) = kubeconfig["clusters"]
-    config = PROD if stack == "prod" else ATTACH
+    config = PROD if stack == "prod" else DEV
     assert cluster["name"] == config.gcp.cluster.name
     assert cluster["cluster"]["server"].startswith("https://")
 
 
-def test_attached_cluster_creates_no_cluster_or_network(attach: Preview):
-    assert attach.of_type("gcp:container/cluster:Cluster") == []
-    assert attach.of_type("gcp:compute/network:Network") == []
-    pools = attach.of_type("gcp:container/nodePool:NodePool")
+def test_attached_cluster_creates_no_cluster_or_network(dev: Preview):
+    assert dev.of_type("gcp:container/cluster:Cluster") == []
+    assert dev.of_type("gcp:compute/network:Network") == []
+    pools = dev.of_type("gcp:container/nodePool:NodePool")
     assert len(pools) == 5  # stable, and spot and on-demand of l4-24gb's two machine types
     for pool in pools:
         assert pool.inputs["cluster"] == "shared-dev"
-        assert pool.inputs["location"] == ATTACH.region
+        assert pool.inputs["location"] == DEV.region
 
 
 def test_attached_cluster_without_workload_identity_fails_the_preview(tmp_path):
@@ -225,15 +224,19 @@ def test_class_pools_scale_from_zero_over_the_zones_that_offer_their_gpus(prod: 
             "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"},
         }
     ]
+    # The cloud-neutral labels, and the class's ComputeClass label and taint.
     assert node["labels"] == {
         POOL_LABEL: f"h100-80gb-{capacity}",
         CAPACITY_TYPE_LABEL: capacity,
         GPU_CLASS_LABEL: "h100-80gb",
+        COMPUTE_CLASS_LABEL: "h100-80gb",
     }
     assert node["resourceLabels"]["capacity-type"] == capacity
+    compute_class = {"key": COMPUTE_CLASS_LABEL, "value": "h100-80gb", "effect": "NO_SCHEDULE"}
     if capacity == "spot":
         assert node["taints"] == [
-            {"key": "capacity-type", "value": "spot", "effect": "NO_SCHEDULE"}
+            {"key": "capacity-type", "value": "spot", "effect": "NO_SCHEDULE"},
+            compute_class,
         ]
         shutdown = PROD.gcp.spot_shutdown
         assert node["kubeletConfig"] == {
@@ -241,7 +244,7 @@ def test_class_pools_scale_from_zero_over_the_zones_that_offer_their_gpus(prod: 
             "shutdownGracePeriodCriticalPodsSeconds": shutdown.critical_pods_seconds,
         }
     else:
-        assert node["taints"] == [] and "kubeletConfig" not in node
+        assert node["taints"] == [compute_class] and "kubeletConfig" not in node
 
 
 def test_every_machine_type_of_every_class_has_a_pool_per_capacity(prod: Preview):
@@ -312,7 +315,7 @@ def test_bucket_is_versioned_private_soft_deleting_and_under_cmek(prod: Preview)
     assert agent.urn in bucket.dependencies  # the key is usable before the bucket needs it
 
 
-def test_lifecycle_follows_config(prod: Preview, attach: Preview):
+def test_lifecycle_follows_config(prod: Preview, dev: Preview):
     storage = PROD.gcp.checkpoint_storage
     rules = prod.one("gcp:storage/bucket:Bucket").inputs["lifecycleRules"]
     assert rules == [
@@ -335,7 +338,7 @@ def test_lifecycle_follows_config(prod: Preview, attach: Preview):
             },
         },
     ]
-    dev_rules = attach.one("gcp:storage/bucket:Bucket").inputs["lifecycleRules"]
+    dev_rules = dev.one("gcp:storage/bucket:Bucket").inputs["lifecycleRules"]
     assert "numNewerVersions" not in json.dumps(dev_rules)
 
 
@@ -377,8 +380,8 @@ def test_checkpoint_role_reaches_objects_only(prod: Preview):
     assert "storage.objects.setIamPolicy" not in role.inputs["permissions"]
 
 
-def test_no_key_resources_anywhere(prod: Preview, attach: Preview):
-    for preview in (prod, attach):
+def test_no_key_resources_anywhere(prod: Preview, dev: Preview):
+    for preview in (prod, dev):
         types = {r.type for r in preview.resources}
         assert not types & {"gcp:serviceaccount/key:Key", "gcp:storage/hmacKey:HmacKey"}
 
@@ -406,10 +409,36 @@ def test_groups_are_separated_as_on_aws(prod: Preview):
     assert bucket_admins == [admin]
 
 
+def test_each_teams_engineers_edit_only_their_namespace_and_log_readers_view(prod: Preview):
+    groups = PROD.gcp.groups
+    bindings = prod.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    by_namespace: dict[str, dict[str, list[str]]] = {}
+    for binding in bindings:
+        inputs = binding.inputs
+        by_namespace.setdefault(inputs["metadata"]["namespace"], {})[inputs["roleRef"]["name"]] = [
+            f"{s['kind']}:{s['name']}" for s in inputs["subjects"]
+        ]
+    readers = [f"Group:{m.removeprefix('group:')}" for m in groups.log_reader]
+    assert by_namespace == {
+        team.namespace: {
+            "edit": [f"Group:{m.removeprefix('group:')}" for m in groups.team_engineers[team.name]],
+            "view": readers,
+        }
+        for team in PROD.teams
+    }
+    # Team engineers may fetch the cluster's credentials; RBAC scopes them in it.
+    viewers = {
+        m.inputs["member"]
+        for m in prod.of_type("gcp:projects/iAMMember:IAMMember")
+        if m.inputs["role"] == "roles/container.clusterViewer"
+    }
+    assert {m for ms in groups.team_engineers.values() for m in ms} <= viewers
+
+
 # --- quotas and observability
 
 
-def test_spot_gpu_quota_preferences(prod: Preview, attach: Preview):
+def test_spot_gpu_quota_preferences(prod: Preview, dev: Preview):
     preferences = prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
     assert {
         p.inputs["quotaId"]: p.inputs["quotaConfig"]["preferredValue"] for p in preferences
@@ -425,7 +454,7 @@ def test_spot_gpu_quota_preferences(prod: Preview, attach: Preview):
         assert preference.inputs["parent"] == "projects/spot-training-prod"
         assert preference.inputs["dimensions"] == {"region": PROD.region}
         assert preference.inputs["contactEmail"] == PROD.alerts.emails[0]
-    assert attach.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference") == []
+    assert dev.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference") == []
 
 
 def test_preemptions_are_counted_from_the_audit_log(prod: Preview):
@@ -471,8 +500,8 @@ def test_dashboard_shows_preemptions_pool_sizes_gpu_use_and_checkpoint_age(prod:
 # --- the platform handed to the Kubernetes layer
 
 
-def test_platform_notice_budget_follows_the_shutdown_grace(prod: Preview, attach: Preview):
-    for preview, config in ((prod, PROD), (attach, ATTACH)):
+def test_platform_notice_budget_follows_the_shutdown_grace(prod: Preview, dev: Preview):
+    for preview, config in ((prod, PROD), (dev, DEV)):
         budget = config.gcp.spot_shutdown.user_pods_seconds
         templates = json.dumps(
             [r.inputs for r in preview.resources if r.type == "kubernetes:core/v1:ConfigMap"]
@@ -482,7 +511,7 @@ def test_platform_notice_budget_follows_the_shutdown_grace(prod: Preview, attach
         assert "gs://" in templates
     assert (
         PROD.gcp.spot_shutdown.user_pods_seconds,
-        ATTACH.gcp.spot_shutdown.user_pods_seconds,
+        DEV.gcp.spot_shutdown.user_pods_seconds,
     ) == (105, 15)
 
 

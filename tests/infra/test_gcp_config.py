@@ -5,8 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from gcp_programs import gcp_program_copy
-from stack_files import gcp_stack_values, stack_values
+from stack_files import stack_values
 
 from components.config import ConfigError, load_config
 from components.gcp.config import (
@@ -16,7 +15,7 @@ from components.gcp.config import (
 )
 from spotctl.preview import PreviewError, preview_program
 
-GCP_PROD = gcp_stack_values("gcp-prod")
+GCP_PROD = stack_values("gcp-prod")
 
 
 def problems(values: dict) -> list[tuple[str, str]]:
@@ -42,7 +41,7 @@ def changed(path: str, value, base: dict = GCP_PROD) -> dict:
 def test_the_gcp_stacks_validate():
     prod = load_config(GCP_PROD)
     assert prod.gcp.spot_shutdown.user_pods_seconds == 105
-    attach = load_config(gcp_stack_values("gcp-attach"))
+    attach = load_config(stack_values("gcp-dev"))
     assert attach.gcp.cluster.existing.name == "shared-dev"
     assert attach.gcp.spot_shutdown.user_pods_seconds == 15  # GKE's default: 15 of 30 s
 
@@ -137,6 +136,11 @@ def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
             "does not match",
         ),
         (
+            changed("gcp.groups.team_engineers", {"robotics": ["group:r@example.com"]}),
+            "gcp",
+            "groups.team_engineers names teams ['robotics'] that are not in teams[].name",
+        ),
+        (
             changed("gcp.project", "Spot_Training"),
             "gcp.project",
             "does not match",
@@ -144,6 +148,72 @@ def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
     ],
 )
 def test_bad_input_names_its_field(values, path, message):
+    (problem,) = problems(values)
+    assert problem[0] == path and message in problem[1], problem
+
+
+def with_class(index: int, **fields) -> dict:
+    """gcp-prod with fields of one GPU class changed (None drops one); no team quota of that
+    class, so a smaller class is still within its quotas."""
+    values = copy.deepcopy(GCP_PROD)
+    name = values["gpu_classes"][index]["name"]
+    for team in values["teams"]:
+        team["quotas"].pop(name, None)
+    values["teams"] = [team for team in values["teams"] if team["quotas"]]
+    gpu_class = values["gpu_classes"][index]
+    for key, value in fields.items():
+        if value is None:
+            gpu_class.pop(key, None)
+        else:
+            gpu_class[key] = value
+    return values
+
+
+H100 = 1  # gcp-prod's h100-80gb class, offered in us-central1-a and -c only
+
+
+@pytest.mark.parametrize(
+    ("values", "path", "message"),
+    [
+        (
+            with_class(H100, zones=["us-central1-a", "us-central1-b"]),
+            "gpu_classes[1].zones[1]",
+            "'us-central1-b' does not offer the class's GPUs: nvidia-h100-80gb (h100-80gb) is "
+            "offered in us-central1 only in ['us-central1-a', 'us-central1-c']",
+        ),
+        (
+            with_class(H100, zones=None),
+            "gpu_classes[1].zones",
+            "not set, so the class's pools span the stack's zones, but nvidia-h100-80gb",
+        ),
+        (
+            with_class(H100, zones=["us-central1-f"]),
+            "gpu_classes",
+            "class 'h100-80gb': zones ['us-central1-f'] are not among the stack's zones",
+        ),
+        (
+            with_class(H100, spot_gpus=4, on_demand_gpus=0),
+            "gpu_classes[1].spot_gpus",
+            "4 GPUs cannot hold one node of the class: its smallest machine type has 8",
+        ),
+        (
+            with_class(H100, instance_types=["a3-highgpu-4g"]),
+            "gpu_classes[1].instance_types[0]",
+            "unknown instance type 'a3-highgpu-4g'",
+        ),
+        (
+            changed("gcp.stable_pool.machine_type", "g2-standard-8"),
+            "gcp.stable_pool.machine_type",
+            "'g2-standard-8' has GPUs; the stable pool runs none",
+        ),
+        (
+            changed("gcp.stable_pool.machine_type", "n9-standard-8"),
+            "gcp.stable_pool.machine_type",
+            "unknown instance type 'n9-standard-8'",
+        ),
+    ],
+)
+def test_capacity_the_catalog_cannot_back_is_refused(values, path, message):
     (problem,) = problems(values)
     assert problem[0] == path and message in problem[1], problem
 
@@ -174,10 +244,10 @@ def test_gcs_bucket_names(name, refused):
     assert (gcs_bucket_name_problem(name) is not None) == refused
 
 
-def test_a_bad_stack_stops_the_preview_with_one_line(tmp_path):
+def test_a_bad_stack_stops_the_preview_with_one_line(program_copy):
     values = changed("zones", ["us-central1-a", "europe-west4-a"])
     with pytest.raises(PreviewError) as caught:
-        preview_program(gcp_program_copy(tmp_path, "bad", values), "bad")
+        preview_program(program_copy("bad", values), "bad")
     assert not caught.value.crashed
     assert str(caught.value).splitlines() == [
         "invalid stack config:",

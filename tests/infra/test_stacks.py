@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stack_files import REPO_ROOT, STACKS
+from stack_files import REPO_ROOT, STACKS, stack_values
 
 from spotctl.preview import STACK_TYPE, preview_program, resource_tree
 
@@ -24,19 +24,22 @@ def test_every_stack_previews_without_deprecations(stack_preview, stack):
     preview = stack_preview(stack)
     types = {r.type for r in preview.resources}
     assert STACK_TYPE in types
-    assert "aws:eks/nodeGroup:NodeGroup" in types
-    assert "aws:s3/bucket:Bucket" in types
+    pools_and_bucket = {
+        "aws": {"aws:eks/nodeGroup:NodeGroup", "aws:s3/bucket:Bucket"},
+        "gcp": {"gcp:container/nodePool:NodePool", "gcp:storage/bucket:Bucket"},
+    }
+    assert pools_and_bucket[stack_values(stack)["cloud"]] <= types
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_tree_is_rooted_and_every_aws_resource_sits_in_a_component(stack_preview, stack):
+def test_tree_is_rooted_and_every_cloud_resource_sits_in_a_component(stack_preview, stack):
     preview = stack_preview(stack)
     roots = [r for r in preview.resources if r.parent is None]
     assert [r.type for r in roots] == [STACK_TYPE]
     for resource in preview.resources:
         if resource.parent is not None:
             assert resource.parent in preview.by_urn, f"{resource.urn}: parent not registered"
-        if resource.type.startswith("aws:"):
+        if resource.type.startswith(("aws:", "gcp:")):
             parent = preview.by_urn[resource.parent]
             assert parent.type.startswith("spot:"), f"{resource.name} is not inside a component"
             assert not parent.custom

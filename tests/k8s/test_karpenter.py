@@ -135,7 +135,7 @@ def test_every_rendered_job_template_fits_an_instance_type_of_its_class(
     least one instance type of the class it selects, after what the node keeps for itself."""
     config = load_config(stack_values(stack))
     classes = {c.name: c for c in config.gpu_classes}
-    types = catalog("aws").instance_types
+    types = catalog(config.cloud).instance_types
     rendered = render(stack_previews(stack))
     checked = 0
     for docs in rendered.templates.values():
@@ -147,7 +147,7 @@ def test_every_rendered_job_template_fits_an_instance_type_of_its_class(
             millicpu = int(requests["cpu"]) * 1000
             memory_mib = int(requests["memory"].removesuffix("Gi")) * 1024
             gpus = int(requests["nvidia.com/gpu"])
-            rooms = [allocatable(types[name]) for name in gpu_class.instance_types]
+            rooms = [allocatable(types[name], config.cloud) for name in gpu_class.instance_types]
             assert any(
                 r.gpus >= gpus and r.millicpu >= millicpu and r.memory_mib >= memory_mib
                 for r in rooms

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 from chart_values import merged, unknown_keys
-from stack_files import REPO_ROOT, STACKS, stack_values
+from stack_files import AWS_STACKS, STACKS, stack_values
 
 from components.config import load_config
 from components.k8s import monitoring
 from components.k8s.alerts import RULES_FILE
 from components.k8s.dashboard import UID
 from components.versions import KUBE_PROMETHEUS_STACK
-from spotctl.preview import PreviewResource, preview_program
+from spotctl.preview import PreviewResource
 from spotctl.render import Rendered, render
 
 CHART_DIR = f"kube-prometheus-stack-{KUBE_PROMETHEUS_STACK.version}"
@@ -36,9 +36,14 @@ def chart_defaults(shared_schemas: Path) -> dict:
 
 
 @pytest.fixture(scope="module", params=STACKS)
-def stack(request) -> tuple[str, list[PreviewResource], Rendered]:
-    resources = preview_program(REPO_ROOT, request.param)
+def stack(request, stack_previews) -> tuple[str, list[PreviewResource], Rendered]:
+    resources = stack_previews(request.param)
     return request.param, resources, render(resources)
+
+
+@pytest.fixture(scope="module", params=AWS_STACKS)
+def aws_stack(request, stack_previews) -> list[PreviewResource]:
+    return stack_previews(request.param)
 
 
 def release_values(rendered: Rendered) -> dict:
@@ -163,16 +168,20 @@ def test_every_prometheus_alert_is_routed_to_the_stacks_targets(
         assert receivers(config_file, labels) == [monitoring.ONCALL]
     for alertname in monitoring.SILENT_ALERTS:
         assert receivers(config_file, {"alertname": alertname}) == [monitoring.SILENT]
-    # The on-call receiver publishes to the stack's alert topic, signed for its region.
     (oncall,) = [r for r in config["receivers"] if r["name"] == monitoring.ONCALL]
-    topic = next(r for r in resources if r.type == "aws:sns/topic:Topic").outputs["arn"]
-    assert oncall["sns_configs"] == [
-        {
-            "topic_arn": topic,
-            "sigv4": {"region": load_config(stack_values(name)).region},
-            "send_resolved": True,
-        }
-    ]
+    settings = load_config(stack_values(name))
+    if settings.cloud == "aws":
+        # The on-call receiver publishes to the stack's alert topic, signed for its region.
+        topic = next(r for r in resources if r.type == "aws:sns/topic:Topic").outputs["arn"]
+        assert oncall["sns_configs"] == [
+            {"topic_arn": topic, "sigv4": {"region": settings.region}, "send_resolved": True}
+        ]
+    else:
+        # GKE: mail to every alert address through the stack's relay, over TLS.
+        relay = settings.gcp.alert_email
+        assert [
+            (c["to"], c["from"], c["smarthost"], c["require_tls"]) for c in oncall["email_configs"]
+        ] == [(email, relay.sender, relay.smarthost, True) for email in settings.alerts.emails]
 
 
 MATCHER = re.compile(r'^(\w+)\s*(=~|!~|!=|=)\s*"?([^"]*)"?$')
@@ -221,10 +230,11 @@ def test_a_webhook_is_a_second_target(chart_defaults, tmp_path: Path):
         monitoring.MonitoringStackArgs(receiver={})
 
 
-def test_every_alarm_and_alert_topic_message_reaches_a_person(stack):
+def test_every_alarm_and_alert_topic_message_reaches_a_person(aws_stack):
     """CloudWatch alarms and Alertmanager both publish to the topic; CloudWatch may use its key,
-    Alertmanager's service account has a role that may publish, and people are subscribed."""
-    _, resources, _ = stack
+    Alertmanager's service account has a role that may publish, and people are subscribed (GKE's
+    alert policies and their channels: tests/infra/test_gcp_components.py)."""
+    resources = aws_stack
 
     def of_type(token: str) -> list[PreviewResource]:
         return [r for r in resources if r.type == token]

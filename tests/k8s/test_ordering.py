@@ -1,7 +1,8 @@
 """The order one `pulumi up` brings a stack up in, read from its preview's dependency graph (what
 `spotctl preview --json` writes as `dependencies`): no custom resource before the release that
 installs its CRD, no namespaced object before its namespace, no Helm release before the stable
-nodes it schedules on, and none that runs on GPU nodes before the NodePools that launch them."""
+nodes it schedules on, none that runs on GPU nodes before the NodePools that launch them, and no
+GKE ComputeClass before the node pools it orders."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import json
 
 import pytest
 from dependency_graph import DependencyGraph
-from stack_files import REPO_ROOT, STACKS
+from stack_files import AWS_STACKS, GCP_STACKS, STACKS, charts_of, stack_values
 
-from components.pools import GPU_CLASS_LABEL
+from components.pools import GPU_CLASS_LABEL, POOL_LABEL
 from components.versions import CHARTS
-from spotctl.preview import PreviewResource, preview_program
+from spotctl.preview import PreviewResource
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -24,6 +25,10 @@ BUILT_IN_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease
 CRD_CHARTS = {group: chart.name for chart in CHARTS for group in chart.crd_groups}
 MONITORS = "monitoring.coreos.com"
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+# API groups the cluster itself serves (GKE's ComputeClass): no release installs them.
+CLUSTER_GROUPS = {"cloud.google.com"}
+COMPUTE_CLASS = "kubernetes:cloud.google.com/v1:ComputeClass"
+GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
 
 
 def kubernetes_objects(resources: list[PreviewResource]) -> list[PreviewResource]:
@@ -51,7 +56,7 @@ def crd_problems(resources: list[PreviewResource]) -> list[str]:
     graph, installed = DependencyGraph(resources), releases(resources)
     problems = []
     for resource in kubernetes_objects(resources):
-        for group in custom_resource_groups(resource):
+        for group in custom_resource_groups(resource) - CLUSTER_GROUPS:
             release = installed.get(CRD_CHARTS.get(group, ""))
             if release is None:
                 problems.append(f"{resource.name}: no release in the stack installs {group}")
@@ -82,18 +87,39 @@ def namespace_problems(resources: list[PreviewResource]) -> list[str]:
     return problems
 
 
-def release_problems(resources: list[PreviewResource]) -> list[str]:
-    graph = DependencyGraph(resources)
+def stable_nodes(resources: list[PreviewResource]) -> PreviewResource:
     (stable,) = [
         r
         for r in resources
-        if r.type == "aws:eks/nodeGroup:NodeGroup" and r.inputs["labels"]["node-pool"] == "stable"
+        if (r.type == "aws:eks/nodeGroup:NodeGroup" and r.inputs["labels"][POOL_LABEL] == "stable")
+        or (r.type == GKE_NODE_POOL and r.inputs["nodeConfig"]["labels"][POOL_LABEL] == "stable")
     ]
+    return stable
+
+
+def release_problems(resources: list[PreviewResource]) -> list[str]:
+    graph, stable = DependencyGraph(resources), stable_nodes(resources)
     return [
         f"{release.name} can be installed before the stable nodes"
         for release in releases(resources).values()
         if not graph.waits_for(release, stable)
     ]
+
+
+def compute_class_problems(resources: list[PreviewResource]) -> list[str]:
+    """A ComputeClass names node pools; it must not exist before them."""
+    graph = DependencyGraph(resources)
+    pools = {r.inputs.get("name"): r for r in resources if r.type == GKE_NODE_POOL}
+    problems = []
+    for compute_class in (r for r in resources if r.type == COMPUTE_CLASS):
+        for priority in compute_class.inputs["spec"]["priorities"]:
+            for name in priority["nodepools"]:
+                pool = pools.get(name)
+                if pool is None:
+                    problems.append(f"{compute_class.name} names node pool {name!r}, not here")
+                elif not graph.waits_for(compute_class, pool):
+                    problems.append(f"{compute_class.name} can be created before {pool.name}")
+    return problems
 
 
 def on_gpu_nodes(release: PreviewResource) -> bool:
@@ -113,8 +139,8 @@ def gpu_release_problems(resources: list[PreviewResource]) -> list[str]:
 
 
 @pytest.fixture(scope="module", params=STACKS)
-def stack(request) -> tuple[str, list[PreviewResource]]:
-    return request.param, preview_program(REPO_ROOT, request.param)
+def stack(request, stack_previews) -> tuple[str, list[PreviewResource]]:
+    return request.param, stack_previews(request.param)
 
 
 @pytest.fixture
@@ -122,11 +148,16 @@ def previewed(stack) -> list[PreviewResource]:
     return stack[1]
 
 
-def test_custom_resources_wait_for_the_release_of_their_crd(previewed):
+@pytest.fixture
+def cloud(stack) -> str:
+    return stack_values(stack[0])["cloud"]
+
+
+def test_custom_resources_wait_for_the_release_of_their_crd(previewed, cloud):
     checked = [r for r in kubernetes_objects(previewed) if custom_resource_groups(r)]
-    # Kueue's and Karpenter's objects, the rules and monitors, and the three releases that
-    # create monitors (Kueue, Karpenter, the DCGM exporter).
-    assert len(checked) >= 12
+    # Kueue's objects, the rules and monitors, the releases that create monitors, and on EKS
+    # Karpenter's objects; on GKE the ComputeClasses.
+    assert len(checked) >= {"aws": 12, "gcp": 9}[cloud]
     assert crd_problems(previewed) == []
 
 
@@ -134,16 +165,24 @@ def test_namespaced_objects_wait_for_their_namespace(previewed):
     assert namespace_problems(previewed) == []
 
 
-def test_helm_releases_wait_for_the_stable_nodes(previewed):
-    assert set(releases(previewed)) == {chart.name for chart in CHARTS}
+def test_helm_releases_wait_for_the_stable_nodes(previewed, cloud):
+    assert set(releases(previewed)) == charts_of(cloud)
     assert release_problems(previewed) == []
 
 
+@pytest.mark.parametrize("stack", AWS_STACKS, indirect=True)
 def test_gpu_agents_wait_for_the_node_pools_that_launch_their_nodes(previewed):
     on_gpus = {name for name, release in releases(previewed).items() if on_gpu_nodes(release)}
     assert on_gpus == {"nvidia-device-plugin", "dcgm-exporter"}
     assert [r for r in previewed if r.type == NODE_POOL]
     assert gpu_release_problems(previewed) == []
+
+
+@pytest.mark.parametrize("stack", GCP_STACKS, indirect=True)
+def test_compute_classes_wait_for_the_node_pools_they_order(previewed):
+    assert not any(on_gpu_nodes(release) for release in releases(previewed).values())
+    assert [r for r in previewed if r.type == COMPUTE_CLASS]
+    assert compute_class_problems(previewed) == []
 
 
 def _cut(resources: list[PreviewResource], name: str) -> list[PreviewResource]:
@@ -169,8 +208,17 @@ def _cut(resources: list[PreviewResource], name: str) -> list[PreviewResource]:
         ("-gpus-device-plugin", gpu_release_problems, "before {env}-karpenter-"),
     ],
 )
+@pytest.mark.parametrize("stack", AWS_STACKS, indirect=True)
 def test_each_check_catches_a_missing_edge(stack, name, check, problem):
     env, resources = stack
     target = next(r.name for r in kubernetes_objects(resources) if name in r.name)
     found = check(_cut(resources, target))
     assert any(target in p and problem.format(env=env) in p for p in found), found
+
+
+@pytest.mark.parametrize("stack", GCP_STACKS, indirect=True)
+def test_the_compute_class_check_catches_a_missing_edge(stack):
+    _, resources = stack
+    target = next(r.name for r in resources if r.type == COMPUTE_CLASS)
+    found = compute_class_problems(_cut(resources, target))
+    assert found and all(target in p and "can be created before" in p for p in found)

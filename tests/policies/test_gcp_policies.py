@@ -115,6 +115,44 @@ def test_no_service_account_keys(violations, case, type_, inputs, violates):
     ), case
 
 
+GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
+SCOPED = (
+    'resource.name.startsWith("projects/_/buckets/ckpt/objects/teams/vision/") || '
+    '(resource.type == "storage.googleapis.com/Bucket" && '
+    'api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("teams/vision/"))'
+)
+WORKLOAD = "serviceAccount:prod-vision-training@p.iam.gserviceaccount.com"
+
+
+@pytest.mark.parametrize(
+    ("case", "inputs", "violates"),
+    [
+        ("compliant: scoped", {"member": WORKLOAD, "condition": {"expression": SCOPED}}, False),
+        ("compliant: a group, not a workload", {"member": "group:admins@example.com"}, False),
+        (
+            "violating: a prefix without its '/'",
+            {
+                "member": WORKLOAD,
+                "condition": {
+                    "expression": 'resource.name.startsWith("projects/_/buckets/ckpt/objects/t")'
+                },
+            },
+            True,
+        ),
+        (
+            "violating: a binding of several workloads",
+            {"members": [WORKLOAD], "condition": {"expression": "true"}},
+            True,
+        ),
+        ("missing: no condition", {"member": WORKLOAD}, True),
+    ],
+)
+def test_workload_bucket_grants_are_prefix_scoped(violations, case, inputs, violates):
+    type_ = GRANT if "member" in inputs else "gcp:storage/bucketIAMBinding:BucketIAMBinding"
+    found = violations("gcs-workload-prefix-scoped", resource(type_, "grant", inputs))
+    assert bool(found) == violates, (case, found)
+
+
 SPOT_CONFIG = {
     "spot": True,
     "taints": [{"key": "capacity-type", "value": "spot", "effect": "NO_SCHEDULE"}],

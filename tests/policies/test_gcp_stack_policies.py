@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 from spot_policy_cases import PACK_DIR, resource
-from stack_files import GCP_PROGRAM, GCP_STACKS
+from stack_files import GCP_STACKS, REPO_ROOT
 
 from spotctl.policy_analyzer import check_preview
 from spotctl.preview import preview_program
@@ -15,12 +15,12 @@ from spotctl.preview import preview_program
 
 @pytest.fixture(scope="module", params=GCP_STACKS)
 def gcp_preview(request):
-    return request.param, preview_program(GCP_PROGRAM, request.param)
+    return request.param, preview_program(REPO_ROOT, request.param)
 
 
 def test_every_gcp_stack_passes_with_no_violation(gcp_preview):
     stack, resources = gcp_preview
-    report = check_preview(PACK_DIR, GCP_PROGRAM, stack, resources)
+    report = check_preview(PACK_DIR, REPO_ROOT, stack, resources)
     assert report.violations == []
 
 
@@ -33,6 +33,8 @@ def break_regime(resource_):
             "publicAccessPrevention": "inherited",
             "uniformBucketLevelAccess": False,
         }
+    if resource_.type == "gcp:storage/bucketIAMMember:BucketIAMMember":
+        inputs = {key: value for key, value in inputs.items() if key != "condition"}
     if resource_.type == "gcp:container/nodePool:NodePool":
         config = {**inputs["nodeConfig"], "spot": True, "taints": []}
         config["kubeletConfig"] = {"shutdownGracePeriodSeconds": 200}
@@ -41,10 +43,11 @@ def break_regime(resource_):
 
 
 def test_the_pack_sees_the_gcp_stacks_own_resources(gcp_preview):
-    """Not vacuous: break the stack's real bucket and pool, and add a service account key."""
+    """Not vacuous: break the stack's real bucket, pools and grants, and add a service account
+    key."""
     stack, resources = gcp_preview
     key = resource("gcp:serviceaccount/key:Key", "leaked", {"serviceAccountId": "a"})
-    report = check_preview(PACK_DIR, GCP_PROGRAM, stack, [*map(break_regime, resources), key])
+    report = check_preview(PACK_DIR, REPO_ROOT, stack, [*map(break_regime, resources), key])
     assert {v.policy for v in report.mandatory} == {
         "gcs-bucket-versioning-enabled",
         "gcs-bucket-public-access-prevented",
@@ -52,6 +55,7 @@ def test_the_pack_sees_the_gcp_stacks_own_resources(gcp_preview):
         "gke-spot-pool-tainted",
         "gke-spot-pool-shutdown-grace",
         "gcp-no-service-account-keys",
+        "gcs-workload-prefix-scoped",
     }
 
 
@@ -66,7 +70,7 @@ def test_advisory_gcp_rules_see_the_stacks_own_resources(gcp_preview):
         if r.type == "pulumi:providers:gcp":
             r = dataclasses.replace(r, inputs={**r.inputs, "defaultLabels": {}})
         weakened.append(r)
-    report = check_preview(PACK_DIR, GCP_PROGRAM, stack, weakened)
+    report = check_preview(PACK_DIR, REPO_ROOT, stack, weakened)
     assert {v.policy for v in report.violations} == {
         "gcs-bucket-cmek",
         "gcp-kms-key-rotation",
