@@ -5,7 +5,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup drill test lint
 
-setup: $(STAMP)
+setup: $(STAMP) policies/venv
+
+# The policy pack's virtualenv (PulumiPolicy.yaml) is the repository's.
+policies/venv:
+	ln -s ../$(VENV) $@
 
 # torch is the release pinned in training-image/torch.txt (the image's pin too), in the same pip
 # command as everything else so no extra can move it; here the CPU build, so the local tier never
@@ -19,12 +23,12 @@ $(STAMP): pyproject.toml training-image/pyproject.toml training-image/torch.txt
 		-e './training-image[gcs,local,hf,lightning]' -e '.[dev]'
 	touch $(STAMP)
 
-drill: $(STAMP)
+drill: setup
 	$(VENV)/bin/spotctl drill
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) lint
+test: setup lint
 	$(VENV)/bin/pytest -q

@@ -4,6 +4,7 @@ camelCase inputs, dependencies as URNs)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from spotctl.preview import PreviewResource
@@ -28,3 +29,14 @@ def resource(type_: str, name: str, inputs: dict, *, deps=(), custom=True, provi
 
 def document(*statements: dict) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+def pack_copy(destination: Path, waivers: str | None = None, venv: Path | None = None) -> Path:
+    """The pack copied to `destination` (as `pulumi policy publish` uploads it: the directory
+    alone), with these waivers.yaml contents and a virtualenv of its own (default: the
+    repository's)."""
+    shutil.copytree(PACK_DIR, destination, ignore=shutil.ignore_patterns("venv", "__pycache__"))
+    if waivers is not None:
+        (destination / "waivers.yaml").write_text(waivers)
+    (destination / "venv").symlink_to(venv or PACK_DIR.parent / ".venv")
+    return destination
