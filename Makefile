@@ -17,6 +17,8 @@ policies/venv:
 $(STAMP): pyproject.toml training-image/pyproject.toml training-image/torch.txt
 	command -v promtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	command -v amtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null; }
+	# Headless Chromium renders `spotctl review`'s HTML page in tests/review.
+	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --requirement training-image/torch.txt \

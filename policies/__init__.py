@@ -14,7 +14,7 @@ from policies import (
     gcp_node_pools,
     gcp_storage,
     kubernetes,
-    waivers,
+    waiver_rules,
 )
 
 ALL_POLICIES = [
@@ -28,5 +28,5 @@ ALL_POLICIES = [
     *gcp_iam.POLICIES,
     *gcp_node_pools.POLICIES,
     # Last: they read what the policies before them left to the waivers.
-    *waivers.POLICIES,
+    *waiver_rules.POLICIES,
 ]

@@ -18,6 +18,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from policies.waivers import honoured
+
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
 
@@ -37,8 +39,6 @@ def _policy_args(
 
     def validate(args, report_violation) -> None:
         if waivable:
-            from policies.waivers import honoured  # it defines policies of its own with this
-
             report_violation = honoured(name, report_violation, getattr(args, "urn", ""))
         check(args, report_violation, {**defaults, **(args.get_config() or {})})
 

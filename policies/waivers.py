@@ -2,11 +2,8 @@
 an owner and an expiry.
 
 Every policy reports through `honoured`: a violation that an unexpired waiver covers is kept
-aside and reported by `waived-violation` (advisory) instead of at its policy's level. An expired
-waiver covers nothing and is itself a mandatory violation (`waiver-not-expired`); a waiver that
-covered nothing in this run is stale (`waiver-still-needed`). The stack policies run after every
-resource has been analysed, so the last of them sees the whole run's ledger, and clears it for the
-next run.
+aside in the run's ledger, for the policies of `waiver_rules` to report. This module imports
+nothing of the pack, so `spotctl review` can load it from any copy of the pack.
 """
 
 from __future__ import annotations
@@ -19,8 +16,6 @@ from pathlib import Path
 
 import pulumi
 import yaml
-
-from policies.rule import ADVISORY, MANDATORY, StackRule
 
 WAIVERS_FILE = Path(__file__).with_name("waivers.yaml")
 FIELDS = ("policy", "stack", "resource", "reason", "owner", "expires")
@@ -121,71 +116,3 @@ def honoured(policy: str, report_violation: Callable, default_urn: str) -> Calla
             report_violation(message, urn)
 
     return report
-
-
-def _stack_waivers() -> list[Waiver]:
-    stack = pulumi.get_stack()
-    return [w for w in WAIVERS if fnmatchcase(stack, w.stack)]
-
-
-def _check_not_expired(_args, report_violation, _settings) -> None:
-    for waiver in _stack_waivers():
-        if waiver.expired(today()):
-            report_violation(
-                f"{waiver.describe()} (owner {waiver.owner}) expired on {waiver.expires}: fix "
-                "the violation, or renew the waiver with a new expiry and reason"
-            )
-
-
-def _check_still_needed(_args, report_violation, _settings) -> None:
-    used = {entry.waiver for entry in LEDGER}
-    for waiver in _stack_waivers():
-        if waiver not in used and not waiver.expired(today()):
-            report_violation(
-                f"{waiver.describe()} (owner {waiver.owner}) is stale: the policy no longer "
-                "fires there; remove the waiver"
-            )
-
-
-def _report_waived(_args, report_violation, _settings) -> None:
-    for entry in LEDGER:
-        waiver = entry.waiver
-        report_violation(
-            f"{waiver.policy} waived until {waiver.expires} ({waiver.owner}: {waiver.reason}): "
-            f"{entry.message}",
-            entry.urn or None,
-        )
-    LEDGER.clear()
-
-
-WAIVED = "waived-violation"
-POLICIES = [
-    StackRule(
-        "waiver-not-expired",
-        "Every waiver in waivers.yaml that applies to the stack is within its expiry date.",
-        "A waiver is a decision with a date to revisit it; past that date the violation it "
-        "covered stands again, and nobody has looked at it.",
-        _check_not_expired,
-        MANDATORY,
-        waivable=False,
-    ),
-    StackRule(
-        "waiver-still-needed",
-        "Every unexpired waiver that applies to the stack covers a violation.",
-        "A waiver for a policy that no longer fires would silently cover the next, unrelated "
-        "violation of the same policy.",
-        _check_still_needed,
-        ADVISORY,
-        waivable=False,
-    ),
-    # Last: it reads and clears the run's ledger.
-    StackRule(
-        WAIVED,
-        "Reports each violation that an unexpired waiver covers, with the waiver's owner, reason "
-        "and expiry.",
-        "A waived violation stays visible on every preview until it is fixed or expires.",
-        _report_waived,
-        ADVISORY,
-        waivable=False,
-    ),
-]

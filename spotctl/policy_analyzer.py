@@ -63,6 +63,8 @@ class PolicyReport:
     version: str
     violations: list[Violation] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)  # the pack's output; complete once closed
+    # The policy config the pack ran with: each policy's level and thresholds.
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def mandatory(self) -> list[Violation]:
@@ -212,6 +214,7 @@ class PolicyAnalyzer:
         self._channel: grpc.Channel | None = None
         self._client: analyzer_pb2_grpc.AnalyzerStub | None = None
         self.info: analyzer_pb2.AnalyzerInfo | None = None
+        self.config: dict[str, dict[str, Any]] = {}
 
     def __enter__(self) -> PolicyAnalyzer:
         try:
@@ -278,10 +281,12 @@ class PolicyAnalyzer:
         )
         client.ConfigureStack(configure_stack)
         self.info = client.GetAnalyzerInfo(empty_pb2.Empty())
-        config = reconcile_config(self.info, self.policy_config)
+        self.config = reconcile_config(self.info, self.policy_config)
         client.Configure(
             analyzer_pb2.ConfigureAnalyzerRequest(
-                policyConfig={name: _policy_config_message(entry) for name, entry in config.items()}
+                policyConfig={
+                    name: _policy_config_message(entry) for name, entry in self.config.items()
+                }
             )
         )
 
@@ -360,6 +365,7 @@ class PolicyAnalyzer:
                 for d in diagnostics
             ],
             logs=self._logs,
+            config=self.config,
         )
 
     def _provider(
