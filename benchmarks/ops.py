@@ -4,7 +4,9 @@
 
 The baseline is a program with a single S3 bucket run through the same mock engine and the same
 policy pack: it is the fixed cost (interpreter, SDK imports, plugin start) that every run pays on
-this machine, so the ratios say what the stack itself adds. The last line is one JSON object.
+this machine, so the ratios say what the stack itself adds. `review_s` is `spotctl review` end to
+end over every stack of the repository, beside the baseline's preview plus policy verdict (the
+fixed cost of one stack). The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +35,7 @@ GOALS_S = {
     "preview_cpu_s": 10.0,
     "render_validate_s": 20.0,
     "policy_verdict_s": 10.0,
+    "review_s": 30.0,
 }
 
 BASELINE_PROGRAM = {
@@ -74,6 +79,17 @@ def measure(program: Path, stack: str, with_render: bool) -> dict[str, float]:
     return figures
 
 
+def review_s() -> float:
+    """`spotctl review` over the repository's stacks, as the team runs it."""
+    spotctl = Path(sys.executable).parent / "spotctl"
+    with tempfile.TemporaryDirectory(prefix="ops-bench-review-") as out:
+        command = [str(spotctl), "review", "--out", out]
+        result, seconds = timed(lambda: subprocess.run(command, capture_output=True))
+    if result.returncode not in (0, 3):
+        raise SystemExit(f"spotctl review failed: {result.stderr.decode()[-2000:]}")
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="prod")
@@ -84,6 +100,8 @@ def main() -> None:
             (Path(tmp) / name).write_text(text)
         baseline = measure(Path(tmp), "bench", with_render=False)
     stack = measure(REPO_ROOT, args.stack, with_render=True)
+    stack["review_s"] = review_s()
+    baseline["review_s"] = baseline["preview_s"] + baseline["policy_verdict_s"]
 
     table = Table(
         title=f"offline operations on stack {args.stack!r} ({stack['resources']} resources)"

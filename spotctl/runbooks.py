@@ -71,12 +71,17 @@ def load_runbook(path: Path, root: Path = REPO) -> Runbook:
         raise RunbookError(
             f"{relative}: last_reviewed must be a date (YYYY-MM-DD), got {reviewed!r}"
         )
-    runbook = Runbook(path, reviewed, text)
+    return Runbook(path, reviewed, text, commands_in(text, relative))
+
+
+def commands_in(text: str, relative: str) -> list[Command]:
+    """The commands of every shell block of a Markdown page (a runbook or a doc)."""
+    found = []
     for indent, language, body in FENCE.findall(text):
         if language in ("bash", "sh"):
             lines = "\n".join(line.removeprefix(indent) for line in body.splitlines())
-            runbook.commands += shell_commands(relative, lines)
-    return runbook
+            found += shell_commands(relative, lines)
+    return found
 
 
 def all_runbooks(root: Path = RUNBOOKS) -> list[Runbook]:

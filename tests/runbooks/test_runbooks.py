@@ -15,10 +15,12 @@ import pytest
 import yaml
 
 from spotctl.runbooks import (
+    REPO,
     Runbook,
     all_runbooks,
     check_command,
     check_runbook,
+    commands_in,
     promql_queries,
     refused,
     shell_commands,
@@ -33,6 +35,14 @@ TODAY = date.today()
 def test_runbook_commands_fit_the_platform(runbook: Runbook) -> None:
     assert runbook.commands, f"{runbook.relative}: no commands"
     assert check_runbook(runbook, TODAY) == []
+
+
+@pytest.mark.parametrize("doc", ["docs/operations.md"])
+def test_doc_commands_fit_the_platform(doc: str) -> None:
+    text = (REPO / doc).read_text()
+    commands = commands_in(text, doc)
+    assert commands, f"{doc}: no commands"
+    assert refused(text) + [p for c in commands for p in check_command(c)] == []
 
 
 def test_every_runbook_carries_last_reviewed(tmp_path: Path) -> None:
