@@ -158,19 +158,29 @@ def review_waivers(review: Review, pack: Path) -> None:
 
 
 def pinned_versions() -> list[dict[str, Any]]:
-    """Every version components/versions.py pins, with its end of support from the table."""
+    """Every version components/versions.py pins, with its end of support: from versions.py for
+    Kubernetes and its add-ons, from the table for the rest (None where it has no entry for the
+    exact version pinned)."""
     from components import versions
 
     table = yaml.safe_load(END_OF_SUPPORT.read_text())
-    pins = table["pins"]
     rows = []
     for release in versions.KUBERNETES_RELEASES.values():
         extended = versions.UPGRADE_SUPPORT_TYPE == "EXTENDED"
         end = release.extended_support_ends if extended else release.standard_support_ends
-        note = f"standard support ends {release.standard_support_ends}"
-        rows.append(_pin("kubernetes", "Kubernetes (EKS)", release.version, end, note, table))
+        source = f"standard support ends {release.standard_support_ends}; "
+        rows.append(
+            _pin(
+                "kubernetes",
+                "Kubernetes (EKS)",
+                release.version,
+                end,
+                source + table["kubernetes"]["source"],
+            )
+        )
         for addon, version in release.addons.items():
-            rows.append(_pin(addon, f"EKS add-on for {release.version}", version, end, "", table))
+            kind = f"EKS add-on for {release.version}"
+            rows.append(_pin(addon, kind, version, end, table["addons"]["source"]))
     named = [
         ("gpu-ami", "GPU node AMI", versions.GPU_AMI_ALIAS),
         *((c.name, "Helm chart", c.version) for c in versions.CHARTS),
@@ -179,32 +189,16 @@ def pinned_versions() -> list[dict[str, Any]]:
         ("torch", "Python package", _torch_pin(versions.TORCH_PIN)),
     ]
     for name, kind, version in named:
-        entry = pins.get(name) or {}
-        if entry.get("version") != version:
-            rows.append(
-                {
-                    "component": name,
-                    "kind": kind,
-                    "version": version,
-                    "end": None,
-                    "source": f"no entry for {version} in {END_OF_SUPPORT.name}",
-                }
-            )
-            continue
-        rows.append(_pin(name, kind, version, entry["end_of_support"], entry["source"], None))
+        entry = table["pins"].get(name) or {}
+        if entry.get("version") == version:
+            rows.append(_pin(name, kind, version, entry["end_of_support"], entry["source"]))
+        else:
+            missing = f"no entry for {version} in {END_OF_SUPPORT.name}"
+            rows.append(_pin(name, kind, version, None, missing))
     return rows
 
 
-def _pin(name, kind, version, end: date, source: str, table) -> dict[str, Any]:
-    source = (
-        source
-        if table is None
-        else "; ".join(
-            filter(
-                None, [source, table["kubernetes" if name == "kubernetes" else "addons"]["source"]]
-            )
-        )
-    )
+def _pin(name: str, kind: str, version: str, end: date | None, source: str) -> dict[str, Any]:
     return {"component": name, "kind": kind, "version": version, "end": end, "source": source}
 
 

@@ -8,7 +8,7 @@ import html
 import io
 from typing import Any
 
-WARN_DAYS = 90
+from spotctl.review.collect import WARN_DAYS
 
 # (title, section path, columns): the tables both formats show.
 TABLES = (
