@@ -4,12 +4,10 @@ camelCase inputs, dependencies as URNs)."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
+
+from pack_copy import PACK_DIR  # noqa: F401  (the tests of the pack import it from here)
 
 from spotctl.preview import PreviewResource
-
-PACK_DIR = Path(__file__).resolve().parents[2] / "policies"
 
 TAGS = {"team": "vision", "env": "test", "capacity-type": "spot"}
 
@@ -29,14 +27,3 @@ def resource(type_: str, name: str, inputs: dict, *, deps=(), custom=True, provi
 
 def document(*statements: dict) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
-
-
-def pack_copy(destination: Path, waivers: str | None = None, venv: Path | None = None) -> Path:
-    """The pack copied to `destination` (as `pulumi policy publish` uploads it: the directory
-    alone), with these waivers.yaml contents and a virtualenv of its own (default: the
-    repository's)."""
-    shutil.copytree(PACK_DIR, destination, ignore=shutil.ignore_patterns("venv", "__pycache__"))
-    if waivers is not None:
-        (destination / "waivers.yaml").write_text(waivers)
-    (destination / "venv").symlink_to(venv or PACK_DIR.parent / ".venv")
-    return destination

@@ -17,9 +17,9 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+from pack_copy import PACK_DIR, pack_copy
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from spot_policy_cases import PACK_DIR, pack_copy
 from stack_files import REPO_ROOT
 
 from spotctl.policy_analyzer import check_preview

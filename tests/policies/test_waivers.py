@@ -10,7 +10,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-from spot_policy_cases import PACK_DIR, pack_copy
+from pack_copy import PACK_DIR, pack_copy
 
 from spotctl.policy_analyzer import PolicyPackError, check_preview, format_report
 from spotctl.preview import preview_program

@@ -12,6 +12,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+from pack_copy import pack_copy
 from PIL import Image
 
 from spotctl.preview import PreviewResource, preview_program
@@ -150,9 +151,6 @@ def test_the_cli_exits_3_on_a_mandatory_problem(tmp_path):
 
 
 def test_an_expired_waiver_is_mandatory(previews, tmp_path):
-    sys.path.insert(0, str(Path(__file__).parents[1] / "policies"))
-    from spot_policy_cases import pack_copy
-
     expired = date.today() - timedelta(days=1)
     pack = pack_copy(
         tmp_path / "pack",
