@@ -207,6 +207,14 @@ def _torch_pin(path: Path) -> str:
 
 
 def review_versions(review: Review) -> None:
+    from components.versions import KUBERNETES_RELEASES
+
+    for release in KUBERNETES_RELEASES.values():
+        if review.date > release.standard_support_ends:
+            review.flags.append(
+                f"Kubernetes {release.version} is in EKS extended support (billed extra) since "
+                f"{release.standard_support_ends}: upgrade it"
+            )
     rows = []
     for pin in pinned_versions():
         end = pin.pop("end")

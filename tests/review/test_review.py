@@ -74,6 +74,10 @@ def test_the_review_writes_json_markdown_and_html(reviewed):
     (drill,) = document["drills"]
     assert (drill["jobs"], drill["finished"], drill["goodput"]) == (2, 2, 0.91)
     assert {v["component"] for v in document["versions"]} >= {"kubernetes", "kueue", "torch"}
+    assert (
+        "Kubernetes 1.33 is in EKS extended support (billed extra) since 2026-07-29: upgrade it"
+        in document["flags"]
+    )
     text = (reviewed / "review.md").read_text()
     assert "## Stack prod: thresholds and headroom" in text and "| 2026-11-02-drill.json |" in text
     page = (reviewed / "review.html").read_text()
