@@ -5,7 +5,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup drill test lint
 
-setup: $(STAMP)
+setup: $(STAMP) policies/venv
+
+# The policy pack's virtualenv (PulumiPolicy.yaml) is the repository's.
+policies/venv:
+	ln -s ../$(VENV) $@
 
 # torch is the release pinned in training-image/torch.txt (the image's pin too), in the same pip
 # command as everything else so no extra can move it; here the CPU build, so the local tier never
@@ -13,18 +17,20 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml training-image/pyproject.toml training-image/torch.txt
 	command -v promtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	command -v amtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null; }
+	# Headless Chromium renders `spotctl review`'s HTML page in tests/review.
+	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --requirement training-image/torch.txt \
 		-e './training-image[gcs,local,hf,lightning]' -e '.[dev]'
 	touch $(STAMP)
 
-drill: $(STAMP)
+drill: setup
 	$(VENV)/bin/spotctl drill
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) lint
+test: setup lint
 	$(VENV)/bin/pytest -q

@@ -4,7 +4,9 @@
 
 The baseline is a program with a single S3 bucket run through the same mock engine and the same
 policy pack: it is the fixed cost (interpreter, SDK imports, plugin start) that every run pays on
-this machine, so the ratios say what the stack itself adds. The last line is one JSON object.
+this machine, so the ratios say what the stack itself adds. `review_s` is `spotctl review` end to
+end over every stack of the repository, beside the baseline's preview plus policy verdict (the
+fixed cost of one stack). The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +35,7 @@ GOALS_S = {
     "preview_cpu_s": 10.0,
     "render_validate_s": 20.0,
     "policy_verdict_s": 10.0,
+    "review_s": 30.0,
 }
 
 BASELINE_PROGRAM = {
@@ -74,6 +79,35 @@ def measure(program: Path, stack: str, with_render: bool) -> dict[str, float]:
     return figures
 
 
+def review_s() -> float:
+    """`spotctl review` over the repository's stacks, as the team runs it."""
+    spotctl = Path(sys.executable).parent / "spotctl"
+    with tempfile.TemporaryDirectory(prefix="ops-bench-review-") as out:
+        command = [str(spotctl), "review", "--out", out]
+        result, seconds = timed(lambda: subprocess.run(command, capture_output=True))
+    if result.returncode not in (0, 3):
+        raise SystemExit(f"spotctl review failed: {result.stderr.decode()[-2000:]}")
+    return seconds
+
+
+def print_table(title: str, figures: dict[str, float], baseline: dict[str, float]) -> None:
+    table = Table(title=title)
+    for column in ("figure", "measured s", "baseline s", "ratio", "goal s"):
+        table.add_column(column, justify="right")
+    for figure, goal in GOALS_S.items():
+        if figure not in figures:
+            continue
+        base = baseline.get(figure, baseline["preview_s"])
+        table.add_row(
+            figure,
+            f"{figures[figure]:.2f}",
+            f"{base:.2f}",
+            f"{figures[figure] / base:.2f}",
+            f"{goal:g}",
+        )
+    Console().print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -87,24 +121,14 @@ def main() -> None:
             (Path(tmp) / name).write_text(text)
         baseline = measure(Path(tmp), "bench", with_render=False)
     figures = {name: measure(REPO_ROOT, name, with_render=True) for name in stacks}
+    review = {"review_s": review_s()}
+    baseline["review_s"] = baseline["preview_s"] + baseline["policy_verdict_s"]
 
     for name, stack in figures.items():
-        table = Table(
-            title=f"offline operations on stack {name!r} ({stack['resources']} resources)"
-        )
-        for column in ("figure", "stack s", "baseline s", "ratio", "goal s"):
-            table.add_column(column, justify="right")
-        for figure, goal in GOALS_S.items():
-            base = baseline.get(figure, baseline["preview_s"])
-            table.add_row(
-                figure,
-                f"{stack[figure]:.2f}",
-                f"{base:.2f}",
-                f"{stack[figure] / base:.2f}",
-                f"{goal:g}",
-            )
-        Console().print(table)
-    print(json.dumps({"stacks": figures, "baseline": baseline, "goals_s": GOALS_S}))
+        title = f"offline operations on stack {name!r} ({stack['resources']} resources)"
+        print_table(title, stack, baseline)
+    print_table("spotctl review over every stack", review, baseline)
+    print(json.dumps({"stacks": figures, **review, "baseline": baseline, "goals_s": GOALS_S}))
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ CHARTS = (
 # channel upgrades control plane and nodes together from there), and the NVIDIA driver GKE
 # installs on GPU nodes: DEFAULT is the driver GKE tests with the node's version, so it follows
 # node upgrades.
-GKE_VERSION = "1.33"
+GKE_VERSION = "1.35"
 GKE_RELEASE_CHANNEL = "REGULAR"
 GKE_GPU_DRIVER_VERSION = "DEFAULT"
 

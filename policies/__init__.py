@@ -14,6 +14,7 @@ from policies import (
     gcp_node_pools,
     gcp_storage,
     kubernetes,
+    waiver_rules,
 )
 
 ALL_POLICIES = [
@@ -26,4 +27,6 @@ ALL_POLICIES = [
     *gcp_storage.POLICIES,
     *gcp_iam.POLICIES,
     *gcp_node_pools.POLICIES,
+    # Last: they read what the policies before them left to the waivers.
+    *waiver_rules.POLICIES,
 ]

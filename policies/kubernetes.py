@@ -4,9 +4,10 @@ tainted and diversified like EKS ones, one accelerator model each, with a GPU li
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
-from components.catalog import catalog
 from policies.inputs import as_list, dig, of_type
 from policies.rule import ADVISORY, MANDATORY, ResourceRule, StackRule
 from policies.spot_workloads import (
@@ -17,6 +18,10 @@ from policies.spot_workloads import (
     tolerates_spot,
 )
 
+# The GPU instance types of components/catalog.yaml, carried by the pack so that it runs wherever
+# it is published (`python -m spotctl.policy_pack` regenerates the file).
+GPU_TYPES_FILE = Path(__file__).with_name("gpu_types.json")
+GPU_TYPES = json.loads(GPU_TYPES_FILE.read_text())["aws"]
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
 KARPENTER_NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 GUARDING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -141,10 +146,9 @@ def _gpu_node_pool(args):
     if args.resource_type != KARPENTER_NODE_POOL:
         return None
     template = dig(args.props, "spec", "template", "spec", default={})
-    types = catalog("aws").instance_types
     listed = as_list(dig(_requirement(template, "node.kubernetes.io/instance-type"), "values"))
     if _requirement(template, "karpenter.k8s.aws/instance-gpu-name") or any(
-        types[t].gpus for t in listed if t in types
+        t in GPU_TYPES for t in listed
     ):
         return template
     return None
@@ -160,9 +164,10 @@ def _check_one_accelerator(args, report_violation, _settings) -> None:
             f"Karpenter NodePool '{args.name}' launches GPUs without pinning one model "
             "(karpenter.k8s.aws/instance-gpu-name In [<one model>])"
         )
-    types = catalog("aws").instance_types
     listed = as_list(dig(_requirement(template, "node.kubernetes.io/instance-type"), "values"))
-    accelerators = {types[t].accelerator for t in listed if t in types and types[t].gpus}
+    accelerators = {
+        (GPU_TYPES[t]["gpu"], GPU_TYPES[t]["gpu_memory_gib"]) for t in listed if t in GPU_TYPES
+    }
     if len(accelerators) > 1:
         report_violation(
             f"Karpenter NodePool '{args.name}' lists instance types of "

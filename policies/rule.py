@@ -2,7 +2,8 @@
 
 Each check is called as `check(args, report_violation, settings)`, where `settings` holds the
 configured thresholds over the schema defaults: the Pulumi CLI fills the defaults in before it
-calls Configure, and a pack started without configuration behaves the same.
+calls Configure, and a pack started without configuration behaves the same. A violation that a
+waiver in waivers.yaml covers is reported as waived instead (`policies.waivers`).
 """
 
 from __future__ import annotations
@@ -17,17 +18,28 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from policies.waivers import honoured
+
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
 
 Check = Callable[[Any, Callable[..., None], Mapping[str, Any]], None]
 
 
-def _policy_args(what: str, check: Check, level: EnforcementLevel, config: Mapping | None) -> dict:
+def _policy_args(
+    name: str,
+    what: str,
+    check: Check,
+    level: EnforcementLevel,
+    config: Mapping | None,
+    waivable: bool,
+) -> dict:
     config = config or {}
     defaults = {key: schema["default"] for key, schema in config.items()}
 
     def validate(args, report_violation) -> None:
+        if waivable:
+            report_violation = honoured(name, report_violation, getattr(args, "urn", ""))
         check(args, report_violation, {**defaults, **(args.get_config() or {})})
 
     return {
@@ -49,8 +61,9 @@ class ResourceRule(ResourceValidationPolicy):
         check: Check,
         level: EnforcementLevel = ADVISORY,
         config: Mapping[str, dict] | None = None,
+        waivable: bool = True,
     ) -> None:
-        super().__init__(name=name, **_policy_args(what, check, level, config))
+        super().__init__(name=name, **_policy_args(name, what, check, level, config, waivable))
         self.why = why
 
 
@@ -67,6 +80,7 @@ class StackRule(StackValidationPolicy):
         check: Check,
         level: EnforcementLevel = ADVISORY,
         config: Mapping[str, dict] | None = None,
+        waivable: bool = True,
     ) -> None:
-        super().__init__(name=name, **_policy_args(what, check, level, config))
+        super().__init__(name=name, **_policy_args(name, what, check, level, config, waivable))
         self.why = why

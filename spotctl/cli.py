@@ -2,10 +2,10 @@
 
 import typer
 
-from spotctl import drill, plan, preview, render
+from spotctl import drill, plan, preview, render, review
 
 app = typer.Typer(
-    help="Operate the spot training blueprint: preview, render, drill, plan.",
+    help="Operate the spot training blueprint: preview, render, drill, plan, review.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -21,3 +21,4 @@ app.command("preview")(preview.command)
 app.command("render")(render.command)
 app.command("drill")(drill.command)
 app.command("plan")(plan.command)
+app.command("review")(review.command)

@@ -39,6 +39,8 @@ LEVELS = {
 }
 LEVEL_VALUES = {name: value for value, name in LEVELS.items()}
 START_TIMEOUT_S = 60
+# The policy that reports, at advisory level, each violation a waiver covers (policies/waivers.py).
+WAIVED_POLICY = "waived-violation"
 # The Python SDK raises the gRPC limit to 400 MB; a large stack's AnalyzeStack needs it too.
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", 400 * 1024 * 1024)]
 
@@ -61,10 +63,25 @@ class PolicyReport:
     version: str
     violations: list[Violation] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)  # the pack's output; complete once closed
+    # The policy config the pack ran with: each policy's level and thresholds.
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def mandatory(self) -> list[Violation]:
         return [v for v in self.violations if v.level == "mandatory"]
+
+    @property
+    def waived(self) -> list[Violation]:
+        """What a waiver in the pack's waivers.yaml covers, reported by the pack's own policy."""
+        return [v for v in self.violations if v.policy == WAIVED_POLICY]
+
+    def grouped(self) -> dict[str, list[Violation]]:
+        """Violations by what they mean: mandatory, advisory, waived."""
+        groups = {"mandatory": self.mandatory, "advisory": [], "waived": self.waived}
+        groups["advisory"] = [
+            v for v in self.violations if v.level == "advisory" and v.policy != WAIVED_POLICY
+        ]
+        return groups
 
 
 class _EngineLog(engine_pb2_grpc.EngineServicer):
@@ -197,6 +214,7 @@ class PolicyAnalyzer:
         self._channel: grpc.Channel | None = None
         self._client: analyzer_pb2_grpc.AnalyzerStub | None = None
         self.info: analyzer_pb2.AnalyzerInfo | None = None
+        self.config: dict[str, dict[str, Any]] = {}
 
     def __enter__(self) -> PolicyAnalyzer:
         try:
@@ -263,10 +281,12 @@ class PolicyAnalyzer:
         )
         client.ConfigureStack(configure_stack)
         self.info = client.GetAnalyzerInfo(empty_pb2.Empty())
-        config = reconcile_config(self.info, self.policy_config)
+        self.config = reconcile_config(self.info, self.policy_config)
         client.Configure(
             analyzer_pb2.ConfigureAnalyzerRequest(
-                policyConfig={name: _policy_config_message(entry) for name, entry in config.items()}
+                policyConfig={
+                    name: _policy_config_message(entry) for name, entry in self.config.items()
+                }
             )
         )
 
@@ -345,6 +365,7 @@ class PolicyAnalyzer:
                 for d in diagnostics
             ],
             logs=self._logs,
+            config=self.config,
         )
 
     def _provider(
@@ -439,10 +460,10 @@ def check_preview(
 
 
 def format_report(report: PolicyReport) -> str:
-    """Violations grouped by enforcement level, mandatory first, as `pulumi preview` lists them."""
+    """Violations grouped by level, mandatory first, as `pulumi preview` lists them, then the
+    waived ones."""
     lines = [f"Policies: {report.pack}@v{report.version}"]
-    for level in ("mandatory", "advisory"):
-        found = [v for v in report.violations if v.level == level]
+    for level, found in report.grouped().items():
         if not found:
             continue
         lines += ["", f"  {level} ({len(found)}):"]

@@ -16,7 +16,7 @@ DEFAULT_REGION = "us-central1"
 COMPUTE = "https://www.googleapis.com/compute/v1"
 CONTAINER = "https://container.googleapis.com/v1"
 # The patch GKE reports for a cluster or pool that names only a minor.
-GKE_PATCH_VERSION = "1.33.5-gke.1080000"
+GKE_PATCH_VERSION = "1.35.1-gke.1396000"
 CA_CERTIFICATE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\npreview\n").decode()
 
 

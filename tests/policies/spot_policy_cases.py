@@ -4,11 +4,10 @@ camelCase inputs, dependencies as URNs)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from pack_copy import PACK_DIR  # noqa: F401  (the tests of the pack import it from here)
 
 from spotctl.preview import PreviewResource
-
-PACK_DIR = Path(__file__).resolve().parents[2] / "policies"
 
 TAGS = {"team": "vision", "env": "test", "capacity-type": "spot"}
 

@@ -75,7 +75,7 @@ def test_bad_pulumipolicy_yaml_is_a_clear_error(tmp_path, policy_yaml, complaint
 
 def test_readme_table_is_in_sync_with_the_pack():
     check = subprocess.run(
-        [sys.executable, "-m", "policies.policy_table", "--check"],
+        [sys.executable, "-m", "spotctl.policy_pack", "--check"],
         cwd=PACK_DIR.parent,
         capture_output=True,
         text=True,

@@ -1,22 +1,28 @@
-"""The README's policy and check tables, generated from the pack itself so they cannot drift.
+"""What the policy pack carries from the rest of the repository, generated so it cannot drift:
+its README's policy and check tables (from the pack itself) and the GPU instance types it checks
+node pools against (from components/catalog.yaml). The pack imports nothing outside its own
+directory, so that `pulumi policy publish` can upload the directory alone.
 
-Regenerate after changing a policy: `python -m policies.policy_table`;
-`python -m policies.policy_table --check` fails while the README is stale (the tests run it).
+Regenerate after changing a policy or the catalog: `python -m spotctl.policy_pack`;
+`python -m spotctl.policy_pack --check` fails while either is stale (the tests run it).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
+from components.catalog import catalog
 from components.generated_docs import GeneratedSection
 from policies import ALL_POLICIES
+from policies.kubernetes import GPU_TYPES_FILE
 
-README = GeneratedSection(
-    Path(__file__).with_name("README.md"), "policy-table", "python -m policies.policy_table"
-)
-CHECKOV_DIR = Path(__file__).with_name("checkov")
+PACK_DIR = Path(__file__).resolve().parents[1] / "policies"
+COMMAND = "python -m spotctl.policy_pack"
+README = GeneratedSection(PACK_DIR / "README.md", "policy-table", COMMAND)
+CHECKOV_DIR = PACK_DIR / "checkov"
 
 
 def _cell(text: str) -> str:
@@ -65,8 +71,25 @@ def render_tables() -> str:
     return "\n".join(lines)
 
 
+def gpu_types() -> str:
+    """The catalog's GPU instance types, as the pack reads them."""
+    types = {
+        name: {"gpus": t.gpus, "gpu": t.gpu, "gpu_memory_gib": t.gpu_memory_gib}
+        for name, t in sorted(catalog("aws").instance_types.items())
+        if t.gpus
+    }
+    return json.dumps({"aws": types}, indent=1, sort_keys=True) + "\n"
+
+
 def main(argv: list[str]) -> int:
-    return README.regenerate(render_tables(), argv)
+    status = README.regenerate(render_tables(), argv)
+    if argv == ["--check"]:
+        if GPU_TYPES_FILE.read_text() != gpu_types():
+            print(f"{GPU_TYPES_FILE} is stale: run {COMMAND}", file=sys.stderr)
+            return 1
+        return status
+    GPU_TYPES_FILE.write_text(gpu_types())
+    return status
 
 
 if __name__ == "__main__":

@@ -1,0 +1,256 @@
+"""`spotctl review` over the repository: its three outputs, the HTML page as headless Chromium
+renders it, and each mandatory problem and flag it is there to find."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+from pack_copy import pack_copy
+from PIL import Image
+
+from spotctl.preview import PreviewResource, preview_program
+from spotctl.review.collect import (
+    REPO,
+    Review,
+    ReviewError,
+    collect,
+    pinned_versions,
+    review_drills,
+    review_provider_data,
+    review_runbooks,
+    stacks,
+)
+
+DRILLS = Path(__file__).parent / "drills"
+DAY = date(2026, 11, 30)
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def spotctl_review(*args: str) -> subprocess.CompletedProcess:
+    spotctl = Path(sys.executable).parent / "spotctl"
+    return subprocess.run(
+        [str(spotctl), "review", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def reviewed(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("review")
+    result = spotctl_review(
+        "--out", str(out), "--quarter", "2026Q4", "--date", str(DAY), "--drill-reports", str(DRILLS)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_the_review_writes_json_markdown_and_html(reviewed):
+    document = json.loads((reviewed / "review.json").read_text())
+    assert document["quarter"] == "2026Q4" and document["mandatory"] == []
+    assert [s["stack"] for s in document["stacks"]] == stacks(REPO)
+    prod = next(s for s in document["stacks"] if s["stack"] == "prod")
+    assert prod["verdict"] == "pass"
+    narrow = [
+        r
+        for r in prod["headroom"]
+        if r["setting"] == "minInstanceTypes" and "h100" in r["resource"]
+    ]
+    assert [(r["threshold"], r["actual"], r["headroom"]) for r in narrow] == [(3, 2, -1)]
+    (drill,) = document["drills"]
+    assert (drill["jobs"], drill["finished"], drill["goodput"]) == (2, 2, 0.91)
+    assert {v["component"] for v in document["versions"]} >= {"kubernetes", "kueue", "torch"}
+    assert (
+        "Kubernetes 1.33 is in EKS extended support (billed extra) since 2026-07-29: upgrade it"
+        in document["flags"]
+    )
+    text = (reviewed / "review.md").read_text()
+    assert "## Stack prod: thresholds and headroom" in text and "| 2026-11-02-drill.json |" in text
+    page = (reviewed / "review.html").read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page), "the page fetches something"
+    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', page)) >= 3
+
+
+def chromium(*args: str, user_data: Path) -> subprocess.CompletedProcess:
+    binary = shutil.which("chromium")
+    assert binary, "chromium missing: apt-get install -y chromium (make setup does)"
+    return subprocess.run(
+        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={user_data}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_chromium_renders_the_tables_and_decodes_every_image(reviewed, tmp_path):
+    # A copy of the page that writes what the browser made of it into the DOM, once loaded.
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        (reviewed / "review.html")
+        .read_text()
+        .replace(
+            "</body>",
+            "<script>window.addEventListener('load', () => { const p = document.createElement("
+            "'pre'); p.id = 'probe'; p.textContent = JSON.stringify({images: [...document.images]"
+            ".map(i => [i.complete, i.naturalWidth, i.naturalHeight]), rows: document."
+            "querySelectorAll('table tr').length}); document.body.appendChild(p); });</script>"
+            "</body>",
+        )
+    )
+    dumped = chromium("--dump-dom", probe.as_uri(), user_data=tmp_path / "profile-dom")
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dumped.stdout)
+    assert found, dumped.stderr[-2000:]
+    seen = json.loads(found.group(1).replace("&quot;", '"'))
+    assert len(seen["images"]) >= 3
+    assert all(
+        complete and width > 100 and height > 50 for complete, width, height in seen["images"]
+    )
+    assert seen["rows"] > 40
+
+    shot = tmp_path / "review.png"
+    taken = chromium(
+        f"--screenshot={shot}",
+        "--window-size=1200,2400",
+        (reviewed / "review.html").as_uri(),
+        user_data=tmp_path / "profile-shot",
+    )
+    assert shot.is_file(), taken.stderr[-2000:]
+    image = Image.open(shot).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20) or []
+    assert len(colours) > 50, "the screenshot is blank or nearly so"
+    # The charts' bars: green, orange or red pixels somewhere on the page.
+    assert any(g > 150 and r < 100 for _, (r, g, b) in colours)
+
+
+@pytest.fixture(scope="module")
+def previews() -> dict[str, list[PreviewResource]]:
+    return {stack: preview_program(REPO, stack) for stack in stacks(REPO)}
+
+
+def test_a_version_past_its_end_of_support_is_mandatory(previews):
+    review = collect(day=date(2030, 1, 1), quarter="2029Q4", previews=previews)
+    assert "kueue 0.19.2 is past its end of support (2027-02-28)" in review.mandatory
+    assert any("last reviewed" in flag for flag in review.flags)
+
+
+def test_the_cli_exits_3_on_a_mandatory_problem(tmp_path):
+    result = spotctl_review("--out", str(tmp_path), "--date", "2030-01-01")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "MANDATORY: kubernetes 1.33 is past its end of support" in result.stdout
+    assert json.loads((tmp_path / "review.json").read_text())["mandatory"]
+
+
+def test_an_expired_waiver_is_mandatory(previews, tmp_path):
+    expired = date.today() - timedelta(days=1)
+    pack = pack_copy(
+        tmp_path / "pack",
+        "waivers:\n  - {policy: karpenter-spot-pool-diversified, stack: prod, resource: '*',"
+        f" reason: p5 only, owner: language-team, expires: {expired}}}\n",
+    )
+    review = collect(day=date.today(), quarter="2026Q4", pack=pack, previews=previews)
+    assert (
+        f"waiver of karpenter-spot-pool-diversified for prod/* (language-team) expired on {expired}"
+        in review.mandatory
+    )
+    assert "stack prod: mandatory waiver-not-expired on stack" in review.mandatory
+
+
+def test_a_mandatory_policy_violation_is_mandatory(previews, tmp_path):
+    config = tmp_path / "policy.json"
+    config.write_text('{"karpenter-spot-pool-diversified": "mandatory"}')
+    review = collect(day=DAY, quarter="2026Q4", policy_config=config, previews=previews)
+    assert review.mandatory == [
+        "stack prod: mandatory karpenter-spot-pool-diversified on "
+        "prod-karpenter-h100-80gb-spot-nodepool"
+    ]
+
+
+def test_every_pin_has_its_end_of_support():
+    missing = [p["component"] for p in pinned_versions() if p["end"] is None]
+    assert missing == []
+
+
+def alarm(name: str, runbook: str) -> PreviewResource:
+    return PreviewResource(
+        urn=f"urn:pulumi:prod::spot-training::aws:cloudwatch/metricAlarm:MetricAlarm::{name}",
+        type="aws:cloudwatch/metricAlarm:MetricAlarm",
+        name=name,
+        parent=None,
+        custom=True,
+        inputs={"alarmDescription": f"Runbook: https://git.example/blob/main/{runbook}"},
+    )
+
+
+def test_alert_runbook_coverage_in_both_directions():
+    review = Review("2026Q4", DAY)
+    review_runbooks(
+        review,
+        {
+            "prod": [
+                alarm("prod-GpuIdleHigh", "runbooks/aws/GpuIdleHigh.md"),
+                alarm("prod-DiskFull", "runbooks/aws/DiskFull.md"),
+            ]
+        },
+    )
+    alerts = {(a["source"], a["alert"]): a["exists"] for a in review.sections["runbooks"]["alerts"]}
+    assert (
+        alerts[("CloudWatch alarm", "GpuIdleHigh")]
+        and alerts[("Prometheus alert", "CheckpointTooOld")]
+    )
+    assert (
+        "CloudWatch alarm DiskFull links no runbook that exists (runbooks/aws/DiskFull.md)"
+        in review.flags
+    )
+    assert "runbooks/aws/SpotInterruptionsHigh.md: no alert of the stacks links it" in review.flags
+    assert "runbooks/training/CheckpointTooOld.md" not in review.sections["runbooks"]["unlinked"]
+
+
+def test_provider_data_gives_a_verdict_per_pool(tmp_path):
+    data = tmp_path / "provider-data.yaml"
+    data.write_text(
+        "date: 2026-06-01\nsource: test\nbands: ['<5%', '5-10%', '10-15%', '15-20%', '>20%']\n"
+        "aws:\n  us-west-2: {p5.48xlarge: '>20%', p5.4xlarge: '<5%', g6e.12xlarge: '<5%',"
+        " g6e.24xlarge: '<5%', g6e.48xlarge: '5-10%'}\n"
+    )
+    review = Review("2026Q4", DAY)
+    review_provider_data(review, data, REPO, ["dev", "prod"])
+    verdicts = {
+        (p["stack"], p["pool"]): p["verdict"] for p in review.sections["provider_data"]["pools"]
+    }
+    assert verdicts[("prod", "h100-80gb")] == "replace p5.48xlarge (highest interruption band)"
+    assert verdicts[("prod", "l40s-48gb")] == "keep"
+    assert verdicts[("dev", "a10g-24gb")].startswith("no data for g5.2xlarge")
+    assert any("provider-data.yaml was read 182 days ago" in f for f in review.flags)
+
+
+def test_a_drill_report_that_is_not_one_is_a_clear_error(tmp_path):
+    (tmp_path / "notes.json").write_text('{"seed": 1}')
+    with pytest.raises(ReviewError, match=r"notes.json: not a drill report \('jobs'\)"):
+        review_drills(Review("2026Q4", DAY), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (("--date", "30/11/2026"), "--date '30/11/2026': not a date (YYYY-MM-DD)"),
+        (("--quarter", "2026-Q4"), "--quarter '2026-Q4': not a quarter"),
+        (("--drill-reports", "/nonexistent"), "--drill-reports /nonexistent: not a directory"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(tmp_path, args, complaint):
+    result = spotctl_review("--out", str(tmp_path), *args)
+    assert result.returncode == 2 and complaint in result.stderr, result.stderr
