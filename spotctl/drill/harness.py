@@ -18,7 +18,7 @@ from spotsafe.preemption import EXIT_PREEMPTED
 
 from spotctl.drill.cluster import ON_DEMAND, SPOT, Cluster, Node
 from spotctl.drill.config import DrillConfig
-from spotctl.drill.jobs import Interruption, Job, JobSpec, Run
+from spotctl.drill.jobs import TRAINER, Interruption, Job, JobSpec, Run
 
 TICK_S = 0.2
 # Unexpected pod failures a Job retries (its backoffLimit) before a human has to step in.
@@ -29,7 +29,8 @@ BACKOFF_LIMIT = 2
 class Event:
     at: float
     kind: str
-    """placed, notice, hard-kill, reclaimed, drain, preempted, finished, failed, spot-dry."""
+    """placed, notice, hard-kill, reclaimed, drain, preempted, finished, failed, spot-dry; in
+    the baseline arm also killed (a pod that died without being preempted cleanly)."""
     job: str | None
     node: str
     detail: str = ""
@@ -49,6 +50,10 @@ class Outcome:
 
 
 class Drill:
+    """The platform arm: jobs on the spot training platform."""
+
+    trainer = TRAINER
+
     def __init__(
         self,
         config: DrillConfig,
@@ -62,7 +67,7 @@ class Drill:
         self.logs = logs
         self.on_event = on_event
         self.rng = random.Random(config.seed)
-        self.cluster = Cluster.start(config.spot_nodes, config.on_demand_nodes)
+        self.cluster = self._cluster()
         self.jobs = [
             Job(
                 JobSpec(
@@ -71,11 +76,12 @@ class Drill:
                     steps=config.steps,
                     every_steps=config.every_steps,
                     size=config.size,
+                    trainer=self.trainer,
                 ),
                 uri=f"{bucket_uri}/job-{i + 1}",
                 queued_at=None,
             )
-            for i in range(config.jobs)
+            for i in range(self._job_count())
         ]
         self.interruptions: list[Interruption] = []
         self.events: list[Event] = []
@@ -84,6 +90,12 @@ class Drill:
         self.started_at = 0.0
         # (job, when it was queued) of the waits in which a spot launch already failed.
         self._dry_waits: set[tuple[str, float]] = set()
+
+    def _cluster(self) -> Cluster:
+        return Cluster.start(self.config.spot_nodes, self.config.on_demand_nodes)
+
+    def _job_count(self) -> int:
+        return self.config.jobs
 
     def _schedule(self) -> tuple[list[float], list[float]]:
         """Seeded offsets from the start: a Poisson process of notices, uniform hard kills."""
@@ -116,12 +128,13 @@ class Drill:
             while not all(j.finished or j.failed for j in self.jobs):
                 now = time.time()
                 if now - start > self.config.timeout_s:
-                    raise TimeoutError(f"the drill did not finish in {self.config.timeout_s:.0f} s")
+                    self._timed_out()
+                    break
                 self._observe(now)
                 self._inject(now, start)
                 self._reclaim(now)
                 self._migrate_final_phases(now)
-                self.cluster.scale_down(now, self.config.scale_down_s)
+                self._autoscale(now)
                 self._place(now)
                 on_tick(self)
                 time.sleep(TICK_S)
@@ -135,6 +148,9 @@ class Drill:
         return Outcome(
             start, end, self.jobs, self.cluster, self.interruptions, self.events, self.runs
         )
+
+    def _timed_out(self) -> None:
+        raise TimeoutError(f"the drill did not finish in {self.config.timeout_s:.0f} s")
 
     def _observe(self, now: float) -> None:
         for job in self.jobs:
@@ -165,7 +181,7 @@ class Drill:
                     interruption.reached_step = result.get("final_step")
                     interruption.durable_at = result.get("durable_at")
                     interruption.fitted_deadline = result.get("fitted_deadline")
-            job.queued_at = now
+            self._requeue(job, now)
         else:
             job.manual_interventions += 1
             self._event(now, "failed", job.name, node, f"exit {run.exit_code}")
@@ -217,7 +233,7 @@ class Drill:
         interruption = Interruption(job.name, node.name, "hard", None, now, run.step)
         self.interruptions.append(interruption)
         job.open_interruptions.append(interruption)
-        job.queued_at = now
+        self._requeue(job, now)
         node.release(now, now + self.config.spot_return_s)
         self._event(now, "hard-kill", job.name, node)
 
@@ -235,11 +251,18 @@ class Drill:
                 for interruption in job.open_interruptions:
                     if interruption.reached_step is None:
                         interruption.reached_step = run.step
-                job.queued_at = now
+                self._requeue(job, now)
                 self._event(now, "reclaimed", job.name, node, "killed at the deadline")
             node.release(now, now + self.config.spot_return_s)
 
     # ---- the Job controller and the queue ----------------------------------------------------
+
+    def _requeue(self, job: Job, now: float) -> None:
+        """The job lost its pod: the Job controller starts a replacement, queued from now."""
+        job.queued_at = now
+
+    def _autoscale(self, now: float) -> None:
+        self.cluster.scale_down(now, self.config.scale_down_s)
 
     def _migrate_final_phases(self, now: float) -> None:
         """A job on spot that enters its final phase is drained to on-demand when room is there."""
@@ -301,7 +324,7 @@ def reference_runs(specs: list[JobSpec], bucket_uri: str, env: dict[str, str]) -
 
     def reference(spec: JobSpec) -> str:
         # Saving only at the end: the cadence never changes the weights, resume is exact.
-        once = JobSpec(spec.name, spec.seed, spec.steps, spec.steps, spec.size)
+        once = JobSpec(spec.name, spec.seed, spec.steps, spec.steps, spec.size, spec.trainer)
         result = subprocess.run(
             once.argv(f"{bucket_uri}/reference/{spec.name}"),
             capture_output=True,
