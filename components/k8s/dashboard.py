@@ -2,8 +2,9 @@
 
 Sources: the training runtime (spotsafe_*), Kueue (kueue_*, per-flavor usage enabled in its
 configuration), kube-state-metrics (node labels `capacity-type` must be on its label allowlist),
-the NVIDIA DCGM exporter, and the goodput recordings of the alert rules. Savings price the GPU-hours pods held on spot nodes at the
-difference between the configured on-demand and spot GPU-hour prices.
+the NVIDIA DCGM exporter, and the goodput recordings of the alert rules. Savings price the
+GPU-hours pods held on spot nodes at the difference between the configured on-demand and spot
+GPU-hour prices.
 """
 
 from __future__ import annotations
