@@ -89,7 +89,11 @@ def pod_account(run: Run, lost: int) -> Account:
     account.goodput_s = stepped - account.badput_s[LOST_WORK]
     for cause in _LEDGER_CAUSES:
         account.badput_s[cause] = seen.get(cause, 0.0)
-    account.badput_s[OTHER] = max(0.0, life - account.total_s)
+    unseen = life - account.total_s
+    if unseen < 0:  # the process's start comes from /proc in 10 ms ticks: rounding, not time
+        account.badput_s[POD_START] += unseen
+    else:
+        account.badput_s[OTHER] = unseen
     return account
 
 

@@ -5,9 +5,10 @@ replaces a reclaimed node once capacity is back) and never scaled down while its
 job runs the plain trainer (spotctl.drill.plain_train): periodic checkpoints only, no notice
 handling, no verification, and no Job controller to requeue it. A pod that dies stays dead until
 someone notices and starts it again, after the manual delay; every such restart is a manual
-intervention. The interruptions are the platform arm's, in the same order and kinds, each due at
-the same offset from the start; as in the platform arm, one that finds no job training waits for
-one, so each arm meets every interruption with a job.
+intervention. The interruptions follow the same seeded schedule as the platform arm's (the same
+seed draws the same notice and hard-kill times, and the victims), as many of each kind as the
+platform arm served; as there, one that finds no job training waits for one, so both arms meet
+the same interruptions with a job.
 """
 
 from __future__ import annotations
@@ -24,13 +25,9 @@ from spotctl.drill.jobs import Job, Run
 PLAIN_TRAINER = "spotctl.drill.plain_train"
 
 
-def schedule_of(outcome: Outcome) -> tuple[list[float], list[float]]:
-    """The offsets from the start at which the platform arm served its notices and hard kills."""
-    offsets = {
-        kind: [e.at - outcome.started_at for e in outcome.events if e.kind == kind]
-        for kind in ("notice", "hard-kill")
-    }
-    return offsets["notice"], offsets["hard-kill"]
+def served(outcome: Outcome) -> tuple[int, int]:
+    """How many notices and hard kills the platform arm served."""
+    return tuple(sum(e.kind == kind for e in outcome.events) for kind in ("notice", "hard-kill"))
 
 
 class BaselineDrill(Drill):
@@ -39,13 +36,13 @@ class BaselineDrill(Drill):
     def __init__(
         self,
         config: DrillConfig,
-        schedule: tuple[list[float], list[float]],
+        served: tuple[int, int],
         bucket_uri: str,
         env: dict[str, str],
         logs: Path,
         on_event: Callable[[Event], None] = lambda e: None,
     ) -> None:
-        self._replayed = schedule
+        self._served = served
         super().__init__(config, bucket_uri, env, logs, on_event)
 
     def _cluster(self) -> Cluster:
@@ -55,26 +52,19 @@ class BaselineDrill(Drill):
         return self.config.baseline_job_count
 
     def _schedule(self) -> tuple[list[float], list[float]]:
-        notices, kills = self._replayed
-        return list(notices), list(kills)
+        notices, kills = super()._schedule()
+        return notices[: self._served[0]], kills[: self._served[1]]
 
     def _ended(self, job: Job, run: Run, now: float) -> None:
-        node = run.node
-        if run.exit_code == 0 and (run.result or {}).get("final_step") == job.spec.steps:
-            job.finished = True
-            job.open_interruptions.clear()
-            self._event(now, "finished", job.name, node)
-            node.release(now, math.inf)  # the group shrinks by the node its job no longer needs
-            return
-        for interruption in job.open_interruptions:
-            if interruption.reached_step is None:
-                interruption.reached_step = run.step
-        self._requeue(job, now)
-        self._event(now, "killed", job.name, node, f"exit {run.exit_code}")
-        if node.reclaim_at is not None:
-            node.release(now, node.reclaim_at + self.config.spot_return_s)
-        else:
-            node.empty_since = now
+        super()._ended(job, run, now)
+        if job.finished:
+            run.node.release(now, math.inf)  # the group shrinks by the node no job needs
+
+    def _interrupted(self, job: Job, run: Run, now: float) -> None:
+        """Whatever ended the pod, it stays down until someone starts it again."""
+        self._record_reached(job, run)
+        job.queued_at = now
+        self._event(now, "killed", job.name, run.node, f"exit {run.exit_code}")
 
     def _timed_out(self) -> None:
         """Out of time: the arm ends with its jobs where they are, and the report says so."""

@@ -141,7 +141,7 @@ class Drill:
         finally:
             for job in self.jobs:
                 if job.run is not None:
-                    job.run.kill(time.time())
+                    job.run.kill()
             end = time.time()
             self.cluster.finish(end)
             self.cluster.close()
@@ -165,28 +165,50 @@ class Drill:
                 self._ended(job, run, now)
 
     def _ended(self, job: Job, run: Run, now: float) -> None:
-        node = run.node
-        result = run.result or {}
-        if run.exit_code == 0 and result.get("final_step") == job.spec.steps:
-            job.finished = True
-            # A notice that met a pod already past its last step interrupted nothing.
-            for interruption in job.open_interruptions:
-                self.interruptions.remove(interruption)
-            job.open_interruptions.clear()
-            self._event(now, "finished", job.name, node)
-        elif run.exit_code == EXIT_PREEMPTED:
-            self._event(now, "preempted", job.name, node, run.stopping or "")
-            for interruption in job.open_interruptions:
-                if interruption.reached_step is None:
-                    interruption.reached_step = result.get("final_step")
-                    interruption.durable_at = result.get("durable_at")
-                    interruption.fitted_deadline = result.get("fitted_deadline")
-            self._requeue(job, now)
+        if not self._finished(job, run, now):
+            self._interrupted(job, run, now)
+        self._vacate(run.node, now)
+
+    def _interrupted(self, job: Job, run: Run, now: float) -> None:
+        """The pod ended short of the job's last step: preempted (exit 75), or failed."""
+        self._record_reached(job, run)
+        if run.exit_code == EXIT_PREEMPTED:
+            self._event(now, "preempted", job.name, run.node, run.stopping or "")
+            job.queued_at = now
         else:
             job.manual_interventions += 1
-            self._event(now, "failed", job.name, node, f"exit {run.exit_code}")
+            self._event(now, "failed", job.name, run.node, f"exit {run.exit_code}")
             job.failed = job.manual_interventions > BACKOFF_LIMIT
             job.queued_at = None if job.failed else now
+
+    def _record_reached(self, job: Job, run: Run) -> None:
+        """The interruptions that ended this pod: how far it got, and its final save."""
+        result = run.result or {}
+        for interruption in job.open_interruptions:
+            if interruption.reached_step is None:
+                interruption.reached_step = run.reached
+                interruption.durable_at = result.get("durable_at")
+                interruption.fitted_deadline = result.get("fitted_deadline")
+
+    def _finished(self, job: Job, run: Run, now: float) -> bool:
+        """Whether the pod ended the job: its last step trained, exit 0."""
+        if run.exit_code != 0 or (run.result or {}).get("final_step") != job.spec.steps:
+            return False
+        job.finished = True
+        for interruption in job.open_interruptions:
+            if interruption.reached_step is None:
+                # A notice that met this pod already past its last step interrupted nothing.
+                self.interruptions.remove(interruption)
+            else:
+                # An earlier pod's: this one resumed it and finished between two scrapes.
+                interruption.resumed_at = now
+                interruption.resumed_from = (run.result or {}).get("resumed_from")
+        job.open_interruptions.clear()
+        self._event(now, "finished", job.name, run.node)
+        return True
+
+    def _vacate(self, node: Node, now: float) -> None:
+        """Its pod has gone."""
         if node.reclaim_at is not None:
             # Drained ahead of its reclaim: the instance goes, a replacement comes later.
             node.release(now, node.reclaim_at + self.config.spot_return_s)
@@ -229,12 +251,12 @@ class Drill:
 
     def _hard_kill(self, run: Run, now: float) -> None:
         job, node = self._job_of(run), run.node
-        run.kill(now)
+        ended = run.kill()
         interruption = Interruption(job.name, node.name, "hard", None, now, run.step)
         self.interruptions.append(interruption)
         job.open_interruptions.append(interruption)
-        self._requeue(job, now)
-        node.release(now, now + self.config.spot_return_s)
+        job.queued_at = ended
+        node.release(ended, now + self.config.spot_return_s)
         self._event(now, "hard-kill", job.name, node)
 
     def _reclaim(self, now: float) -> None:
@@ -244,22 +266,16 @@ class Drill:
                 continue
             job = next((j for j in self.jobs if j.run is not None and j.run.node is node), None)
             run = job.run if job is not None else None
+            gone = now
             if run is not None and run.reap(now):
                 self._ended(job, run, now)  # it exited just in time
             elif run is not None:
-                run.kill(now)
-                for interruption in job.open_interruptions:
-                    if interruption.reached_step is None:
-                        interruption.reached_step = run.step
-                self._requeue(job, now)
+                gone = job.queued_at = run.kill()
+                self._record_reached(job, run)
                 self._event(now, "reclaimed", job.name, node, "killed at the deadline")
-            node.release(now, now + self.config.spot_return_s)
+            node.release(gone, now + self.config.spot_return_s)
 
     # ---- the Job controller and the queue ----------------------------------------------------
-
-    def _requeue(self, job: Job, now: float) -> None:
-        """The job lost its pod: the Job controller starts a replacement, queued from now."""
-        job.queued_at = now
 
     def _autoscale(self, now: float) -> None:
         self.cluster.scale_down(now, self.config.scale_down_s)
@@ -309,7 +325,7 @@ class Drill:
     def _start(self, job: Job, node: Node, now: float) -> None:
         node.provision(now)
         env = {**self.env, **node.trainer_env(self.config.notice_s, self.config.imds_poll_s)}
-        run = Run.launch(job.spec, node, job.uri, env, self.logs, attempt=len(job.runs) + 1)
+        run = Run.launch(job.spec, node, job.uri, env, self.logs, len(job.runs) + 1, now)
         job.runs.append(run)
         self.runs.append(run)
         event = Event(now, "placed", job.name, node.name, f"from step {job.progress}")
@@ -324,7 +340,7 @@ def reference_runs(specs: list[JobSpec], bucket_uri: str, env: dict[str, str]) -
 
     def reference(spec: JobSpec) -> str:
         # Saving only at the end: the cadence never changes the weights, resume is exact.
-        once = JobSpec(spec.name, spec.seed, spec.steps, spec.steps, spec.size, spec.trainer)
+        once = JobSpec(spec.name, spec.seed, spec.steps, spec.steps, spec.size)
         result = subprocess.run(
             once.argv(f"{bucket_uri}/reference/{spec.name}"),
             capture_output=True,

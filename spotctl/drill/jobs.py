@@ -104,8 +104,16 @@ class Run:
 
     @classmethod
     def launch(
-        cls, spec: JobSpec, node: Node, uri: str, env: dict[str, str], logs: Path, attempt: int
+        cls,
+        spec: JobSpec,
+        node: Node,
+        uri: str,
+        env: dict[str, str],
+        logs: Path,
+        attempt: int,
+        now: float,
     ) -> Run:
+        """Start the pod, placed at `now` (its process's start is part of the pod's start)."""
         port = free_port()
         stem = logs / f"{spec.name}-{attempt:02d}-{node.name}"
         stdout = stem.with_suffix(".out")
@@ -113,7 +121,7 @@ class Run:
             proc = subprocess.Popen(
                 spec.argv(uri, port), stdout=out, stderr=err, env={**os.environ, **env}
             )
-        return cls(spec, node, proc, port, stdout, time.time())
+        return cls(spec, node, proc, port, stdout, now)
 
     @property
     def training(self) -> bool:
@@ -142,12 +150,14 @@ class Run:
             return True
         return False
 
-    def kill(self, now: float) -> None:
-        """The node disappears under the pod."""
-        self.scrape(now)
+    def kill(self) -> float:
+        """The node disappears under the pod; when it ended. The pod's metrics are read just
+        before, so its ledger never counts past its end."""
+        self.scrape(time.time())
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        self.ended_at, self.exit_code = now, self.proc.returncode
+        self.ended_at, self.exit_code = time.time(), self.proc.returncode
+        return self.ended_at
 
     def reap(self, now: float) -> bool:
         """True once the process has exited; reads its last stdout line."""

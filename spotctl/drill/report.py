@@ -10,22 +10,27 @@ from spotctl.drill import accounting
 from spotctl.drill.cluster import ON_DEMAND, SPOT
 from spotctl.drill.config import DrillConfig
 from spotctl.drill.harness import TICK_S, Outcome
+from spotctl.plan.report import BADPUT_GOAL
 
 # The issue's goals, checked in every report.
 GOAL_NOTICE_TO_DURABLE_S = 15.0  # GKE gives user pods 15 s
 GOAL_NOTICE_TO_RESUME_S = 30.0
 GOAL_IDLE_SHARE = 0.06
-GOAL_BADPUT_SHARE = 0.06  # the seed's "idle 34 % -> 6 %": paid time that kept no progress
 GOAL_GOODPUT_VS_BASELINE = 2.0
-# The measures the two arms are compared by: key, label, format.
+# The measures the two arms are compared by: key, label, the chart's label, format.
 COMPARED = (
-    ("goodput", "goodput of paid node time", "{:.1%}"),
-    ("time_to_finish_s", "time to finish (s)", "{:.1f}"),
-    ("manual_interventions", "manual interventions", "{:d}"),
-    ("recovery_s_mean", "recovery: interruption → training (mean s)", "{:.1f}"),
-    ("recovery_s_max", "recovery: interruption → training (max s)", "{:.1f}"),
-    ("lost_steps", "lost steps", "{:d}"),
-    ("cost_usd", "cost (USD)", "{:.5f}"),
+    ("goodput", "goodput of paid node time", "goodput", "{:.1%}"),
+    ("time_to_finish_s", "time to finish (s)", "time to finish (s)", "{:.1f}"),
+    ("manual_interventions", "manual interventions", "manual interventions", "{:d}"),
+    (
+        "recovery_s_mean",
+        "recovery: interruption → training (mean s)",
+        "recovery, mean (s)",
+        "{:.1f}",
+    ),
+    ("recovery_s_max", "recovery: interruption → training (max s)", "recovery, max (s)", "{:.1f}"),
+    ("lost_steps", "lost steps", "lost steps", "{:d}"),
+    ("cost_usd", "cost (USD)", "cost (USD)", "{:.5f}"),
 )
 # Job colours that the preemption marks (black, red, grey, gold) never use.
 _JOB_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:cyan")
@@ -57,13 +62,16 @@ def pool_stats(outcome: Outcome) -> dict[str, dict[str, float]]:
     return stats
 
 
+def _prices(config: DrillConfig) -> dict[str, float]:
+    return {SPOT: config.prices.spot, ON_DEMAND: config.prices.on_demand}
+
+
 def _cost(pools: dict[str, dict[str, float]], prices: dict[str, float]) -> float:
     return sum(p["node_seconds"] / 3600 * prices[name] for name, p in pools.items())
 
 
 def arm_measures(outcome: Outcome, goodput: dict, config: DrillConfig) -> dict:
     """The figures the two arms are compared by (COMPARED)."""
-    prices = {SPOT: config.prices.spot, ON_DEMAND: config.prices.on_demand}
     recoveries = [i.resumed_at - i.at for i in outcome.interruptions if i.resumed_at is not None]
     return {
         "goodput": goodput["ratio"],
@@ -72,14 +80,12 @@ def arm_measures(outcome: Outcome, goodput: dict, config: DrillConfig) -> dict:
         "recovery_s_mean": sum(recoveries) / len(recoveries) if recoveries else None,
         "recovery_s_max": _max(recoveries),
         "lost_steps": goodput["lost_steps"],
-        "cost_usd": _cost(pool_stats(outcome), prices),
+        "cost_usd": _cost(pool_stats(outcome), _prices(config)),
     }
 
 
-def baseline(outcome: Outcome, config: DrillConfig) -> dict:
-    """The baseline arm: its goodput (the platform's keys) and what it took."""
-    goodput = accounting.summary(outcome)
-    measures = arm_measures(outcome, goodput, config)
+def baseline(outcome: Outcome, goodput: dict, measures: dict, config: DrillConfig) -> dict:
+    """The baseline arm: its goodput (the platform arm's keys) and what it took."""
     return {
         **goodput,
         "manual_interventions": measures["manual_interventions"],
@@ -93,7 +99,7 @@ def baseline(outcome: Outcome, config: DrillConfig) -> dict:
 
 def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | None = None) -> dict:
     pools = pool_stats(outcome)
-    prices = {SPOT: config.prices.spot, ON_DEMAND: config.prices.on_demand}
+    prices = _prices(config)
     actual = _cost(pools, prices)
     all_on_demand = sum(p["node_seconds"] for p in pools.values()) / 3600 * prices[ON_DEMAND]
     interruptions = [i.to_json() for i in outcome.interruptions]
@@ -131,14 +137,16 @@ def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | Non
         ],
         "stockout": stockout(outcome, config),
         "goodput": accounting.summary(outcome),
-        "baseline": None if baseline_outcome is None else baseline(baseline_outcome, config),
+        "baseline": None,
     }
     platform = arm_measures(outcome, report["goodput"], config)
     base = {}
     if baseline_outcome is not None:
-        base = arm_measures(baseline_outcome, report["baseline"], config)
+        base_goodput = accounting.summary(baseline_outcome)
+        base = arm_measures(baseline_outcome, base_goodput, config)
+        report["baseline"] = baseline(baseline_outcome, base_goodput, base, config)
     report["comparison"] = {
-        key: {"platform": platform[key], "baseline": base.get(key)} for key, _, _ in COMPARED
+        key: {"platform": platform[key], "baseline": base.get(key)} for key, *_ in COMPARED
     }
     base_goodput = base.get("goodput")
     report["goals"] = {
@@ -236,7 +244,7 @@ def tables(report: dict):
         ("lost steps, noticed preemptions", g["noticed_lost_steps"], 0, "=="),
         ("max notice → durable (s)", g["max_notice_to_durable_s"], GOAL_NOTICE_TO_DURABLE_S, "<="),
         ("max notice → resume (s)", g["max_notice_to_resume_s"], GOAL_NOTICE_TO_RESUME_S, "<="),
-        ("badput of paid node time", g["badput_share"], GOAL_BADPUT_SHARE, "<="),
+        ("badput of paid node time", g["badput_share"], BADPUT_GOAL, "<="),
         ("node time with no pod on the node", g["idle_share"], GOAL_IDLE_SHARE, "<="),
         ("jobs finished with no intervention", g["finished_without_intervention"], 1, "=="),
         (
@@ -319,9 +327,11 @@ def comparison(report: dict):
     table = Table(title="Platform against baseline (same interruptions)")
     for column in ("measure", "platform", "baseline"):
         table.add_column(column)
-    for key, label, form in COMPARED:
-        values = report["comparison"][key]
-        table.add_row(label, *(_format(form, values[arm]) for arm in ("platform", "baseline")))
+    for key, label, _, form in COMPARED:
+        cells = [_format(form, report["comparison"][key][arm]) for arm in ("platform", "baseline")]
+        if key == "time_to_finish_s" and not b["finished"]:
+            cells[1] = f"> {cells[1]} (not finished)"
+        table.add_row(label, *cells)
     table.caption = (
         f"baseline: {b['jobs_run']} jobs, plain trainer, static spot group, restarted by hand "
         f"after {b['manual_delay_s']:.0f} s (the seed's 40 min at the drill's 60x time scale); "
@@ -368,7 +378,7 @@ def timeline(
         shared = shared or ax
         _draw_arm(ax, outcome, title, stockout_s if i == 0 else None)
     if compared is not None:
-        for k, (key, label, form) in enumerate(COMPARED):
+        for k, (key, _, label, form) in enumerate(COMPARED):
             ax = fig.add_subplot(grid[-1, k])
             values = [compared[key][arm] for arm in ("platform", "baseline")]
             ax.bar([0, 1], [v or 0 for v in values], color=["tab:green", "tab:gray"])
@@ -376,7 +386,7 @@ def timeline(
                 ax.text(x, value or 0, _format(form, value), ha="center", va="bottom", fontsize=7)
             ax.set_xticks([0, 1], ["platform", "baseline"], fontsize=7)
             ax.set_yticks([])
-            ax.set_title(label, fontsize=7, wrap=True)
+            ax.set_title(label, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

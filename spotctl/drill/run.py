@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
 
 from spotctl.drill import report as reporting
-from spotctl.drill.baseline import BaselineDrill, schedule_of
+from spotctl.drill.baseline import BaselineDrill, served
 from spotctl.drill.config import DrillConfig
 from spotctl.drill.harness import Drill, Event, Outcome, reference_runs
 
@@ -49,7 +49,7 @@ def run_drill(config: DrillConfig, out: Path, json_path: Path | None, console: C
                 f"{config.manual_delay_s:g} s"
             )
             baseline = BaselineDrill(
-                config, schedule_of(outcome), f"s3://{BUCKET}/baseline", env, logs / "baseline"
+                config, served(outcome), f"s3://{BUCKET}/baseline", env, logs / "baseline"
             )
             baseline_outcome = _run_arm(baseline, config, console)
 

@@ -3,15 +3,15 @@
 Goodput is the training time that moved the run forward; badput is the rest, named by cause
 (docs/goodput.md gives the definitions and the sources they follow). A pod sees five causes from
 inside; the platform adds waiting to be scheduled (kube-state-metrics) and idle nodes (node
-metrics). Each process keeps a Ledger, for the price of two clock reads per step on the training
-thread; ``spotsafe.metrics`` exports it as counters when Prometheus scrapes.
+metrics). Each process keeps a Ledger, for the price of one clock read per step (and one per
+save) on the training thread; ``spotsafe.metrics`` exports it as counters when Prometheus scrapes.
 
 A step counts as goodput the first time the run computes it. Computed again after an
-interruption, it is lost work. To know which steps are repeats, each attempt records the step it
-has reached beside the checkpoints (``progress/<attempt>.json``), from a background thread every
-``SPOTSAFE_PROGRESS_S`` seconds (default 30) and when it ends, and the next attempt reads its
-predecessor's record. A node lost without notice takes at most one interval of that record with
-it: those recomputed steps count as goodput.
+interruption, it is lost work. To know which steps are repeats, each attempt records the furthest
+step the run has reached beside the checkpoints (``progress/<attempt>.json``), from a background
+thread every ``SPOTSAFE_PROGRESS_S`` seconds (default 30) and when it ends, and the next attempt
+reads the newest record. A node lost without notice takes at most one interval of that record
+with it: those recomputed steps count as goodput.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ def _key(attempt: int) -> str:
 
 
 def reached_before(store: ObjectStore, attempt: int) -> int:
-    """The step the newest earlier attempt recorded reaching; 0 when none recorded one."""
+    """The furthest step the run had reached by the newest record of an earlier attempt; 0 when
+    none recorded one."""
     try:
         earlier = sorted(
             int(name)
@@ -149,7 +150,7 @@ def reached_before(store: ObjectStore, attempt: int) -> int:
 
 
 class ProgressRecorder:
-    """Writes the step this attempt has reached, from its own thread, whenever it moved."""
+    """Writes the furthest step the run has reached, from its own thread, whenever it moved."""
 
     def __init__(
         self, store: ObjectStore, attempt: int, reached: Callable[[], int], every_s: float

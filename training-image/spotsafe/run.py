@@ -130,8 +130,8 @@ class Run:
         return self
 
     def _account_repeats(self, lost_at_stop: int | None) -> None:
-        """Which steps the earlier attempts reached (those are lost work when trained again),
-        and, on rank 0, record this attempt's own progress for the next one."""
+        """How far the earlier attempts got (steps up to there are lost work when trained
+        again), and, on rank 0, record how far the run gets for the next attempt."""
         attempt = self.ckpt.attempt
         if attempt is None:  # a reader: it trains nothing of the run's own
             return
@@ -140,7 +140,10 @@ class Run:
         self.ledger.redo_until = max(reached, resumed + (lost_at_stop or 0))
         if self.ckpt.rank == 0:
             self._recorder = goodput.ProgressRecorder(
-                self.ckpt.store, attempt, lambda: self.step, self._progress_every_s
+                self.ckpt.store,
+                attempt,
+                lambda: max(self.step, self.ledger.redo_until),
+                self._progress_every_s,
             )
 
     def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
