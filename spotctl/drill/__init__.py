@@ -1,7 +1,7 @@
 """`spotctl drill`: the local recovery drill, on an embedded default that runs in a few minutes.
 
 Real trainers, real preemption notices through per-node metadata servers, a real S3-API server;
-then a baseline arm that meets the same interruptions without the platform.
+then a baseline arm that meets the same interruption schedule without the platform.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def command(
     baseline_jobs: Annotated[
         int | None,
         typer.Option(
-            help="Jobs of the baseline arm, run without the platform on the same interruptions "
-            "(default: --jobs; 0: no baseline arm)."
+            help="Jobs of the baseline arm, run without the platform on the same interruption "
+            "schedule (default: --jobs; 0: no baseline arm)."
         ),
     ] = D.baseline_jobs,
     manual_delay_s: Annotated[

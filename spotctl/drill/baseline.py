@@ -1,59 +1,34 @@
-"""The baseline arm: the same interruptions, met the way teams use spot without this platform.
+"""The baseline arm: the same interruption schedule, met as teams use spot without the platform.
 
 A static group of spot nodes, one per job, kept at its size by the cloud (an Auto Scaling group
 replaces a reclaimed node once capacity is back) and never scaled down while its job runs. Each
 job runs the plain trainer (spotctl.drill.plain_train): periodic checkpoints only, no notice
 handling, no verification, and no Job controller to requeue it. A pod that dies stays dead until
 someone notices and starts it again, after the manual delay; every such restart is a manual
-intervention. The interruptions follow the same seeded schedule as the platform arm's (the same
-seed draws the same notice and hard-kill times, and the victims), as many of each kind as the
-platform arm served; as there, one that finds no job training waits for one, so both arms meet
-the same interruptions with a job.
+intervention. The interruptions follow the platform arm's seeded schedule: the same seed draws
+the same notice and hard-kill times, served as there (a hard kill waits for a job that trains, a
+notice strikes one if one trains).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from pathlib import Path
 
 from spotctl.drill.cluster import SPOT, Cluster
-from spotctl.drill.config import DrillConfig
-from spotctl.drill.harness import Drill, Event, Outcome
+from spotctl.drill.harness import Drill
 from spotctl.drill.jobs import Job, Run
 
 PLAIN_TRAINER = "spotctl.drill.plain_train"
 
 
-def served(outcome: Outcome) -> tuple[int, int]:
-    """How many notices and hard kills the platform arm served."""
-    return tuple(sum(e.kind == kind for e in outcome.events) for kind in ("notice", "hard-kill"))
-
-
 class BaselineDrill(Drill):
     trainer = PLAIN_TRAINER
-
-    def __init__(
-        self,
-        config: DrillConfig,
-        served: tuple[int, int],
-        bucket_uri: str,
-        env: dict[str, str],
-        logs: Path,
-        on_event: Callable[[Event], None] = lambda e: None,
-    ) -> None:
-        self._served = served
-        super().__init__(config, bucket_uri, env, logs, on_event)
 
     def _cluster(self) -> Cluster:
         return Cluster.start(self._job_count(), 0)
 
     def _job_count(self) -> int:
         return self.config.baseline_job_count
-
-    def _schedule(self) -> tuple[list[float], list[float]]:
-        notices, kills = super()._schedule()
-        return notices[: self._served[0]], kills[: self._served[1]]
 
     def _ended(self, job: Job, run: Run, now: float) -> None:
         super()._ended(job, run, now)

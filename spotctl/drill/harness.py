@@ -227,13 +227,18 @@ class Drill:
         ]
 
     def _inject(self, now: float, start: float) -> None:
-        """Fire what is due on a job training on spot; while there is none, it waits. Hard kills
-        go first: they are few, and a backlog of notices must not crowd them out."""
-        for due, strike in ((self.kill_times, self._hard_kill), (self.notice_times, self._notice)):
-            victims = self._victims()
-            if due and now - start >= due[0] and victims:
-                due.pop(0)
-                strike(self.rng.choice(victims), now)
+        """Fire what is due on a job training on spot. A hard kill waits for one: they are few,
+        and each is meant to land. A notice that finds none strikes no job: the cloud's schedule
+        does not wait for a pod to train, so an arm that is back training sooner is not struck
+        more often than one whose jobs lie idle."""
+        victims = self._victims()
+        if self.kill_times and now - start >= self.kill_times[0] and victims:
+            self.kill_times.pop(0)
+            self._hard_kill(self.rng.choice(victims), now)
+        while self.notice_times and now - start >= self.notice_times[0]:
+            self.notice_times.pop(0)
+            if victims := self._victims():
+                self._notice(self.rng.choice(victims), now)
 
     def _job_of(self, run: Run) -> Job:
         return next(j for j in self.jobs if j.run is run)

@@ -1,5 +1,5 @@
 """One drill from start to finish: servers up, references, the platform arm, the baseline arm
-on the same interruptions, the report."""
+on the same interruption schedule, the report."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
 
 from spotctl.drill import report as reporting
-from spotctl.drill.baseline import BaselineDrill, served
+from spotctl.drill.baseline import BaselineDrill
 from spotctl.drill.config import DrillConfig
 from spotctl.drill.harness import Drill, Event, Outcome, reference_runs
 
@@ -45,12 +45,10 @@ def run_drill(config: DrillConfig, out: Path, json_path: Path | None, console: C
         baseline_outcome = None
         if config.baseline_job_count:
             console.print(
-                f"baseline arm: the same interruptions, restarts by hand after "
+                f"baseline arm: the same interruption schedule, restarts by hand after "
                 f"{config.manual_delay_s:g} s"
             )
-            baseline = BaselineDrill(
-                config, served(outcome), f"s3://{BUCKET}/baseline", env, logs / "baseline"
-            )
+            baseline = BaselineDrill(config, f"s3://{BUCKET}/baseline", env, logs / "baseline")
             baseline_outcome = _run_arm(baseline, config, console)
 
     report = reporting.build(outcome, config, baseline_outcome)
