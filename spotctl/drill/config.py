@@ -1,4 +1,4 @@
-"""The drill's settings. Defaults finish in about a minute on a 2-core machine."""
+"""The drill's settings. Defaults finish in a few minutes on a 2-core machine, both arms."""
 
 from __future__ import annotations
 
