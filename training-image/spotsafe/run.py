@@ -155,7 +155,6 @@ class Run:
                 if self.step and self.ckpt.last_saved_step != self.step:
                     self.ckpt.save(self.step, self.state)
                 self.ckpt.close()
-                self.ledger.charge(goodput.BLOCKING_SAVES)
                 code = 0
             else:
                 self._close_behind(error)
@@ -165,6 +164,11 @@ class Run:
                 # the notice's: no further write.
                 self._recorder.close(final=code != EXIT_PREEMPTED)
             self.guard.close(exit_code=code)
+            # The wrap-up is part of the run's end: the final save's after a notice, else the
+            # last save's (or the wait for the saves in flight).
+            self.ledger.charge(
+                goodput.FINAL_SAVES if code == EXIT_PREEMPTED else goodput.BLOCKING_SAVES
+            )
 
     def steps(self, total: int) -> Iterator[int]:
         """Step numbers after the restored one, up to total. Each step's work runs between one
