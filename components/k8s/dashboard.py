@@ -1,9 +1,10 @@
 """The Grafana dashboard of the platform, as JSON in a ConfigMap that Grafana's sidecar loads.
 
 Sources: the training runtime (spotsafe_*), Kueue (kueue_*, per-flavor usage enabled in its
-configuration), kube-state-metrics (node labels `capacity-type` must be on its label allowlist)
-and the NVIDIA DCGM exporter. Savings price the GPU-hours pods held on spot nodes at the
-difference between the configured on-demand and spot GPU-hour prices.
+configuration), kube-state-metrics (node labels `capacity-type` must be on its label allowlist),
+the NVIDIA DCGM exporter, and the goodput recordings of the alert rules. Savings price the
+GPU-hours pods held on spot nodes at the difference between the configured on-demand and spot
+GPU-hour prices.
 """
 
 from __future__ import annotations
@@ -138,6 +139,32 @@ def dashboard(args: DashboardArgs) -> dict:
             "short",
             0,
             24,
+        ),
+        _panel(
+            "Goodput per run (share of its time in new training steps, last 6 h)",
+            [("namespace_run:spot_training_goodput:ratio6h", "{{namespace}}/{{run}}")],
+            "percentunit",
+            12,
+            24,
+        ),
+        _panel(
+            "Badput by cause (last 6 h)",
+            [
+                (
+                    "sum by (cause) (namespace_run_cause:spot_training_badput_seconds:sum6h)",
+                    "{{cause}}",
+                )
+            ],
+            "s",
+            0,
+            32,
+        ),
+        _panel(
+            "Idle nodes: GPUs up with no running pod",
+            [("label_capacity_type:spot_training_idle_gpus:sum", "{{label_capacity_type}}")],
+            "short",
+            12,
+            32,
         ),
     ]
     return {

@@ -1,6 +1,7 @@
-"""`spotctl drill`: the local recovery drill, on an embedded default that runs in about a minute.
+"""`spotctl drill`: the local recovery drill, on an embedded default that runs in a few minutes.
 
-Real trainers, real preemption notices through per-node metadata servers, a real S3-API server.
+Real trainers, real preemption notices through per-node metadata servers, a real S3-API server;
+then a baseline arm that meets the same interruption schedule without the platform.
 """
 
 from __future__ import annotations
@@ -56,8 +57,19 @@ def command(
         float, typer.Option(help="USD per on-demand node-hour.")
     ] = Prices.on_demand,
     timeout_s: Annotated[
-        float, typer.Option(help="Give up after this many seconds.")
+        float, typer.Option(help="Give up on an arm after this many seconds.")
     ] = D.timeout_s,
+    baseline_jobs: Annotated[
+        int | None,
+        typer.Option(
+            help="Jobs of the baseline arm, run without the platform on the same interruption "
+            "schedule (default: --jobs; 0: no baseline arm)."
+        ),
+    ] = D.baseline_jobs,
+    manual_delay_s: Annotated[
+        float,
+        typer.Option(help="Baseline arm: seconds until someone restarts a pod that died."),
+    ] = D.manual_delay_s,
     out: Annotated[Path, typer.Option(help="Directory for pod logs and timeline.png.")] = Path(
         "out/drill"
     ),
@@ -91,6 +103,8 @@ def command(
             final_phase=final_phase,
             timeout_s=timeout_s,
             prices=Prices(spot=spot_price, on_demand=on_demand_price),
+            baseline_jobs=baseline_jobs,
+            manual_delay_s=manual_delay_s,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None

@@ -1,8 +1,14 @@
-"""The drill's settings. Defaults finish in about a minute on a 2-core machine."""
+"""The drill's settings. Defaults finish in a few minutes on a 2-core machine, both arms."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+CLOUD_SECONDS_PER_DRILL_SECOND = 60.0
+"""The drill's time scale: its pods start in about 3 s where a GPU node and its pod take about
+3 minutes on the cloud (the planner's node start, 180 s)."""
+SEED_MANUAL_RECOVERY_S = 40 * 60.0
+"""Recovery after a recall by hand, without the platform: about 40 minutes (the seed's case)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,16 @@ class DrillConfig:
     timeout_s: float = 300.0
     """The drill gives up after this long."""
     prices: Prices = field(default_factory=Prices)
+    baseline_jobs: int | None = None
+    """Jobs of the baseline arm (spotctl.drill.baseline); None: as many as `jobs`, 0: no
+    baseline arm."""
+    manual_delay_s: float = SEED_MANUAL_RECOVERY_S / CLOUD_SECONDS_PER_DRILL_SECOND
+    """The baseline arm's wait from a pod's death until someone starts it again: the seed's
+    40 minutes at the drill's time scale."""
+
+    @property
+    def baseline_job_count(self) -> int:
+        return self.jobs if self.baseline_jobs is None else self.baseline_jobs
 
     def __post_init__(self) -> None:
         problems = []
@@ -88,6 +104,10 @@ class DrillConfig:
             problems.append("--cloud must be any or gcp")
         if not 0 < self.imds_poll_s <= 5:
             problems.append("--imds-poll-s must be in (0, 5]")
+        if self.baseline_jobs is not None and self.baseline_jobs < 0:
+            problems.append("--baseline-jobs must not be negative")
+        if self.manual_delay_s < 0:
+            problems.append("--manual-delay-s must not be negative")
         if self.prices.spot < 0 or self.prices.on_demand <= 0:
             problems.append("prices must be positive")
         if problems:

@@ -18,7 +18,7 @@ from spotsafe.preemption import EXIT_PREEMPTED
 
 from spotctl.drill.cluster import CLOUD_FLAVOURS, ON_DEMAND, SPOT, Cluster, Node
 from spotctl.drill.config import DrillConfig
-from spotctl.drill.jobs import Interruption, Job, JobSpec, Run
+from spotctl.drill.jobs import TRAINER, Interruption, Job, JobSpec, Run
 
 TICK_S = 0.2
 # Unexpected pod failures a Job retries (its backoffLimit) before a human has to step in.
@@ -29,7 +29,8 @@ BACKOFF_LIMIT = 2
 class Event:
     at: float
     kind: str
-    """placed, notice, hard-kill, reclaimed, drain, preempted, finished, failed, spot-dry."""
+    """placed, notice, hard-kill, reclaimed, drain, preempted, finished, failed, spot-dry; in
+    the baseline arm also killed (a pod that died without being preempted cleanly)."""
     job: str | None
     node: str
     detail: str = ""
@@ -49,6 +50,10 @@ class Outcome:
 
 
 class Drill:
+    """The platform arm: jobs on the spot training platform."""
+
+    trainer = TRAINER
+
     def __init__(
         self,
         config: DrillConfig,
@@ -62,9 +67,7 @@ class Drill:
         self.logs = logs
         self.on_event = on_event
         self.rng = random.Random(config.seed)
-        self.cluster = Cluster.start(
-            config.spot_nodes, config.on_demand_nodes, CLOUD_FLAVOURS[config.cloud]
-        )
+        self.cluster = self._cluster()
         self.jobs = [
             Job(
                 JobSpec(
@@ -73,11 +76,12 @@ class Drill:
                     steps=config.steps,
                     every_steps=config.every_steps,
                     size=config.size,
+                    trainer=self.trainer,
                 ),
                 uri=f"{bucket_uri}/job-{i + 1}",
                 queued_at=None,
             )
-            for i in range(config.jobs)
+            for i in range(self._job_count())
         ]
         self.interruptions: list[Interruption] = []
         self.events: list[Event] = []
@@ -86,6 +90,14 @@ class Drill:
         self.started_at = 0.0
         # (job, when it was queued) of the waits in which a spot launch already failed.
         self._dry_waits: set[tuple[str, float]] = set()
+
+    def _cluster(self) -> Cluster:
+        return Cluster.start(
+            self.config.spot_nodes, self.config.on_demand_nodes, CLOUD_FLAVOURS[self.config.cloud]
+        )
+
+    def _job_count(self) -> int:
+        return self.config.jobs
 
     def _schedule(self) -> tuple[list[float], list[float]]:
         """Seeded offsets from the start: a Poisson process of notices, uniform hard kills."""
@@ -118,25 +130,29 @@ class Drill:
             while not all(j.finished or j.failed for j in self.jobs):
                 now = time.time()
                 if now - start > self.config.timeout_s:
-                    raise TimeoutError(f"the drill did not finish in {self.config.timeout_s:.0f} s")
+                    self._timed_out()
+                    break
                 self._observe(now)
                 self._inject(now, start)
                 self._reclaim(now)
                 self._migrate_final_phases(now)
-                self.cluster.scale_down(now, self.config.scale_down_s)
+                self._autoscale(now)
                 self._place(now)
                 on_tick(self)
                 time.sleep(TICK_S)
         finally:
             for job in self.jobs:
                 if job.run is not None:
-                    job.run.kill(time.time())
+                    job.run.kill()
             end = time.time()
             self.cluster.finish(end)
             self.cluster.close()
         return Outcome(
             start, end, self.jobs, self.cluster, self.interruptions, self.events, self.runs
         )
+
+    def _timed_out(self) -> None:
+        raise TimeoutError(f"the drill did not finish in {self.config.timeout_s:.0f} s")
 
     def _observe(self, now: float) -> None:
         for job in self.jobs:
@@ -151,28 +167,50 @@ class Drill:
                 self._ended(job, run, now)
 
     def _ended(self, job: Job, run: Run, now: float) -> None:
-        node = run.node
-        result = run.result or {}
-        if run.exit_code == 0 and result.get("final_step") == job.spec.steps:
-            job.finished = True
-            # A notice that met a pod already past its last step interrupted nothing.
-            for interruption in job.open_interruptions:
-                self.interruptions.remove(interruption)
-            job.open_interruptions.clear()
-            self._event(now, "finished", job.name, node)
-        elif run.exit_code == EXIT_PREEMPTED:
-            self._event(now, "preempted", job.name, node, run.stopping or "")
-            for interruption in job.open_interruptions:
-                if interruption.reached_step is None:
-                    interruption.reached_step = result.get("final_step")
-                    interruption.durable_at = result.get("durable_at")
-                    interruption.fitted_deadline = result.get("fitted_deadline")
+        if not self._finished(job, run, now):
+            self._interrupted(job, run, now)
+        self._vacate(run.node, now)
+
+    def _interrupted(self, job: Job, run: Run, now: float) -> None:
+        """The pod ended short of the job's last step: preempted (exit 75), or failed."""
+        self._record_reached(job, run)
+        if run.exit_code == EXIT_PREEMPTED:
+            self._event(now, "preempted", job.name, run.node, run.stopping or "")
             job.queued_at = now
         else:
             job.manual_interventions += 1
-            self._event(now, "failed", job.name, node, f"exit {run.exit_code}")
+            self._event(now, "failed", job.name, run.node, f"exit {run.exit_code}")
             job.failed = job.manual_interventions > BACKOFF_LIMIT
             job.queued_at = None if job.failed else now
+
+    def _record_reached(self, job: Job, run: Run) -> None:
+        """The interruptions that ended this pod: how far it got, and its final save."""
+        result = run.result or {}
+        for interruption in job.open_interruptions:
+            if interruption.reached_step is None:
+                interruption.reached_step = run.reached
+                interruption.durable_at = result.get("durable_at")
+                interruption.fitted_deadline = result.get("fitted_deadline")
+
+    def _finished(self, job: Job, run: Run, now: float) -> bool:
+        """Whether the pod ended the job: its last step trained, exit 0."""
+        if run.exit_code != 0 or (run.result or {}).get("final_step") != job.spec.steps:
+            return False
+        job.finished = True
+        for interruption in job.open_interruptions:
+            if interruption.reached_step is None:
+                # A notice that met this pod already past its last step interrupted nothing.
+                self.interruptions.remove(interruption)
+            else:
+                # An earlier pod's: this one resumed it and finished between two scrapes.
+                interruption.resumed_at = now
+                interruption.resumed_from = (run.result or {}).get("resumed_from")
+        job.open_interruptions.clear()
+        self._event(now, "finished", job.name, run.node)
+        return True
+
+    def _vacate(self, node: Node, now: float) -> None:
+        """Its pod has gone."""
         if node.reclaim_at is not None:
             # Drained ahead of its reclaim: the instance goes, a replacement comes later.
             node.release(now, node.reclaim_at + self.config.spot_return_s)
@@ -191,13 +229,18 @@ class Drill:
         ]
 
     def _inject(self, now: float, start: float) -> None:
-        """Fire what is due on a job training on spot; while there is none, it waits. Hard kills
-        go first: they are few, and a backlog of notices must not crowd them out."""
-        for due, strike in ((self.kill_times, self._hard_kill), (self.notice_times, self._notice)):
-            victims = self._victims()
-            if due and now - start >= due[0] and victims:
-                due.pop(0)
-                strike(self.rng.choice(victims), now)
+        """Fire what is due on a job training on spot. A hard kill waits for one: they are few,
+        and each is meant to land. A notice that finds none strikes no job: the cloud's schedule
+        does not wait for a pod to train, so an arm that is back training sooner is not struck
+        more often than one whose jobs lie idle."""
+        victims = self._victims()
+        if self.kill_times and now - start >= self.kill_times[0] and victims:
+            self.kill_times.pop(0)
+            self._hard_kill(self.rng.choice(victims), now)
+        while self.notice_times and now - start >= self.notice_times[0]:
+            self.notice_times.pop(0)
+            if victims := self._victims():
+                self._notice(self.rng.choice(victims), now)
 
     def _job_of(self, run: Run) -> Job:
         return next(j for j in self.jobs if j.run is run)
@@ -215,12 +258,12 @@ class Drill:
 
     def _hard_kill(self, run: Run, now: float) -> None:
         job, node = self._job_of(run), run.node
-        run.kill(now)
+        ended = run.kill()
         interruption = Interruption(job.name, node.name, "hard", None, now, run.step)
         self.interruptions.append(interruption)
         job.open_interruptions.append(interruption)
-        job.queued_at = now
-        node.release(now, now + self.config.spot_return_s)
+        job.queued_at = ended
+        node.release(ended, now + self.config.spot_return_s)
         self._event(now, "hard-kill", job.name, node)
 
     def _reclaim(self, now: float) -> None:
@@ -230,18 +273,19 @@ class Drill:
                 continue
             job = next((j for j in self.jobs if j.run is not None and j.run.node is node), None)
             run = job.run if job is not None else None
+            gone = now
             if run is not None and run.reap(now):
                 self._ended(job, run, now)  # it exited just in time
             elif run is not None:
-                run.kill(now)
-                for interruption in job.open_interruptions:
-                    if interruption.reached_step is None:
-                        interruption.reached_step = run.step
-                job.queued_at = now
+                gone = job.queued_at = run.kill()
+                self._record_reached(job, run)
                 self._event(now, "reclaimed", job.name, node, "killed at the deadline")
-            node.release(now, now + self.config.spot_return_s)
+            node.release(gone, now + self.config.spot_return_s)
 
     # ---- the Job controller and the queue ----------------------------------------------------
+
+    def _autoscale(self, now: float) -> None:
+        self.cluster.scale_down(now, self.config.scale_down_s)
 
     def _migrate_final_phases(self, now: float) -> None:
         """A job on spot that enters its final phase is drained to on-demand when room is there."""
@@ -288,7 +332,7 @@ class Drill:
     def _start(self, job: Job, node: Node, now: float) -> None:
         node.provision(now)
         env = {**self.env, **node.trainer_env(self.config.notice_s, self.config.imds_poll_s)}
-        run = Run.launch(job.spec, node, job.uri, env, self.logs, attempt=len(job.runs) + 1)
+        run = Run.launch(job.spec, node, job.uri, env, self.logs, len(job.runs) + 1, now)
         job.runs.append(run)
         self.runs.append(run)
         event = Event(now, "placed", job.name, node.name, f"from step {job.progress}")

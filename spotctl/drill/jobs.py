@@ -19,6 +19,12 @@ from spotsafe.local_servers import free_port
 from spotctl.drill.cluster import Node
 
 _SCRAPE_TIMEOUT_S = 0.5
+TRAINER = "spotsafe.examples.train"
+"""The trainer module a pod runs; the baseline arm runs spotctl.drill.plain_train."""
+_STEP = "spotsafe_training_step"
+_RESUMED = "spotsafe_resumed_from_step"
+_GOODPUT = "spotsafe_goodput_seconds"
+_BADPUT = "spotsafe_badput_seconds"
 
 
 @dataclass(frozen=True)
@@ -28,9 +34,10 @@ class JobSpec:
     steps: int
     every_steps: int
     size: str
+    trainer: str = TRAINER
 
     def argv(self, checkpoint_uri: str, metrics_port: int | None = None) -> list[str]:
-        argv = [sys.executable, "-m", "spotsafe.examples.train", "--steps", str(self.steps)]
+        argv = [sys.executable, "-m", self.trainer, "--steps", str(self.steps)]
         argv += ["--checkpoint-uri", checkpoint_uri, "--every-steps", str(self.every_steps)]
         argv += ["--seed", str(self.seed), "--size", self.size]
         if metrics_port is not None:
@@ -91,11 +98,22 @@ class Run:
     ended_at: float | None = None
     exit_code: int | None = None
     result: dict | None = None
+    ledger: dict | None = None
+    """The trainer's goodput and badput seconds (spotsafe.goodput.Ledger.to_json): its JSON
+    line's at exit, else its metrics' last scrape; None until the trainer serves them."""
 
     @classmethod
     def launch(
-        cls, spec: JobSpec, node: Node, uri: str, env: dict[str, str], logs: Path, attempt: int
+        cls,
+        spec: JobSpec,
+        node: Node,
+        uri: str,
+        env: dict[str, str],
+        logs: Path,
+        attempt: int,
+        now: float,
     ) -> Run:
+        """Start the pod, placed at `now` (its process's start is part of the pod's start)."""
         port = free_port()
         stem = logs / f"{spec.name}-{attempt:02d}-{node.name}"
         stdout = stem.with_suffix(".out")
@@ -103,7 +121,7 @@ class Run:
             proc = subprocess.Popen(
                 spec.argv(uri, port), stdout=out, stderr=err, env={**os.environ, **env}
             )
-        return cls(spec, node, proc, port, stdout, time.time())
+        return cls(spec, node, proc, port, stdout, now)
 
     @property
     def training(self) -> bool:
@@ -116,27 +134,30 @@ class Run:
             text = urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT_S).read().decode()
         except OSError:
             return False  # not serving yet, or already gone
-        values = {
-            f.name: f.samples[0].value
-            for f in text_string_to_metric_families(text)
-            if f.name in ("spotsafe_training_step", "spotsafe_resumed_from_step") and f.samples
-        }
-        step = int(values.get("spotsafe_training_step", 0))
+        families = {f.name: f.samples for f in text_string_to_metric_families(text) if f.samples}
+        if _GOODPUT in families:
+            self.ledger = {
+                "goodput_s": families[_GOODPUT][0].value,
+                "badput_s": {s.labels["cause"]: s.value for s in families[_BADPUT]},
+            }
+        step = int(families[_STEP][0].value) if _STEP in families else 0
         if step > self.step:
             self.step, self.last_progress_at = step, now
         if step and self.first_step_at is None:
             self.first_step_at = now
-            resumed = int(values.get("spotsafe_resumed_from_step", -1))
+            resumed = int(families[_RESUMED][0].value) if _RESUMED in families else -1
             self.resumed_from = None if resumed < 0 else resumed
             return True
         return False
 
-    def kill(self, now: float) -> None:
-        """The node disappears under the pod."""
-        self.scrape(now)
+    def kill(self) -> float:
+        """The node disappears under the pod; when it ended. The pod's metrics are read just
+        before, so its ledger never counts past its end."""
+        self.scrape(time.time())
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        self.ended_at, self.exit_code = now, self.proc.returncode
+        self.ended_at, self.exit_code = time.time(), self.proc.returncode
+        return self.ended_at
 
     def reap(self, now: float) -> bool:
         """True once the process has exited; reads its last stdout line."""
@@ -150,7 +171,13 @@ class Run:
             self.result = json.loads(lines[-1]) if lines else None
         except json.JSONDecodeError:
             self.result = None
+        self.ledger = (self.result or {}).get("goodput", self.ledger)
         return True
+
+    @property
+    def reached(self) -> int:
+        """The step the pod reached: its JSON line's, else its metrics' last."""
+        return (self.result or {}).get("final_step", self.step)
 
 
 @dataclass(eq=False)
@@ -176,9 +203,7 @@ class Job:
 
     @property
     def progress(self) -> int:
-        return (
-            max((r.result or {}).get("final_step", r.step) for r in self.runs) if self.runs else 0
-        )
+        return max((r.reached for r in self.runs), default=0)
 
     @property
     def weights_sha256(self) -> str | None:

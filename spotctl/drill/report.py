@@ -1,18 +1,38 @@
-"""What the drill measured: the JSON report, the summary tables and the timeline chart."""
+"""What the drill measured: the JSON report, the summary tables and the timeline chart, with
+the baseline arm beside the platform's."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
 
+from spotctl.drill import accounting
 from spotctl.drill.cluster import ON_DEMAND, SPOT
 from spotctl.drill.config import DrillConfig
 from spotctl.drill.harness import TICK_S, Outcome
+from spotctl.plan.report import BADPUT_GOAL
 
 # The issue's goals, checked in every report.
 GOAL_NOTICE_TO_DURABLE_S = 15.0  # GKE gives user pods 15 s
 GOAL_NOTICE_TO_RESUME_S = 30.0
 GOAL_IDLE_SHARE = 0.06
+GOAL_GOODPUT_VS_BASELINE = 2.0
+# The measures the two arms are compared by: key, label, the chart's label, format.
+COMPARED = (
+    ("goodput", "goodput of paid node time", "goodput", "{:.1%}"),
+    ("time_to_finish_s", "time to finish (s)", "time to finish (s)", "{:.1f}"),
+    ("interruptions", "interruptions met", "interruptions met", "{:d}"),
+    ("manual_interventions", "manual interventions", "manual interventions", "{:d}"),
+    (
+        "recovery_s_mean",
+        "recovery: interruption → training (mean s)",
+        "recovery, mean (s)",
+        "{:.1f}",
+    ),
+    ("recovery_s_max", "recovery: interruption → training (max s)", "recovery, max (s)", "{:.1f}"),
+    ("lost_steps", "lost steps", "lost steps", "{:d}"),
+    ("cost_usd", "cost (USD)", "cost (USD)", "{:.5f}"),
+)
 # Job colours that the preemption marks (black, red, grey, gold) never use.
 _JOB_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:cyan")
 
@@ -43,10 +63,46 @@ def pool_stats(outcome: Outcome) -> dict[str, dict[str, float]]:
     return stats
 
 
-def build(outcome: Outcome, config: DrillConfig) -> dict:
+def _prices(config: DrillConfig) -> dict[str, float]:
+    return {SPOT: config.prices.spot, ON_DEMAND: config.prices.on_demand}
+
+
+def _cost(pools: dict[str, dict[str, float]], prices: dict[str, float]) -> float:
+    return sum(p["node_seconds"] / 3600 * prices[name] for name, p in pools.items())
+
+
+def arm_measures(outcome: Outcome, goodput: dict, config: DrillConfig) -> dict:
+    """The figures the two arms are compared by (COMPARED)."""
+    recoveries = [i.resumed_at - i.at for i in outcome.interruptions if i.resumed_at is not None]
+    return {
+        "goodput": goodput["ratio"],
+        "time_to_finish_s": outcome.ended_at - outcome.started_at,
+        "interruptions": len(outcome.interruptions),
+        "manual_interventions": sum(j.manual_interventions for j in outcome.jobs),
+        "recovery_s_mean": sum(recoveries) / len(recoveries) if recoveries else None,
+        "recovery_s_max": _max(recoveries),
+        "lost_steps": goodput["lost_steps"],
+        "cost_usd": _cost(pool_stats(outcome), _prices(config)),
+    }
+
+
+def baseline(outcome: Outcome, goodput: dict, measures: dict, config: DrillConfig) -> dict:
+    """The baseline arm: its goodput (the platform arm's keys) and what it took."""
+    return {
+        **goodput,
+        "manual_interventions": measures["manual_interventions"],
+        "time_to_finish_s": measures["time_to_finish_s"],
+        "jobs_run": len(outcome.jobs),
+        "finished": all(j.finished for j in outcome.jobs),
+        "manual_delay_s": config.manual_delay_s,
+        "interruptions": measures["interruptions"],
+    }
+
+
+def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | None = None) -> dict:
     pools = pool_stats(outcome)
-    prices = {SPOT: config.prices.spot, ON_DEMAND: config.prices.on_demand}
-    actual = sum(p["node_seconds"] / 3600 * prices[name] for name, p in pools.items())
+    prices = _prices(config)
+    actual = _cost(pools, prices)
     all_on_demand = sum(p["node_seconds"] for p in pools.values()) / 3600 * prices[ON_DEMAND]
     interruptions = [i.to_json() for i in outcome.interruptions]
     up_total = sum(p["node_seconds"] for p in pools.values())
@@ -82,7 +138,19 @@ def build(outcome: Outcome, config: DrillConfig) -> dict:
             for e in outcome.events
         ],
         "stockout": stockout(outcome, config),
+        "goodput": accounting.summary(outcome),
+        "baseline": None,
     }
+    platform = arm_measures(outcome, report["goodput"], config)
+    base = {}
+    if baseline_outcome is not None:
+        base_goodput = accounting.summary(baseline_outcome)
+        base = arm_measures(baseline_outcome, base_goodput, config)
+        report["baseline"] = baseline(baseline_outcome, base_goodput, base, config)
+    report["comparison"] = {
+        key: {"platform": platform[key], "baseline": base.get(key)} for key, *_ in COMPARED
+    }
+    base_goodput = base.get("goodput")
     report["goals"] = {
         "noticed_lost_steps": sum(i["lost_steps"] or 0 for i in noticed),
         "max_notice_to_durable_s": _max(i["notice_to_durable_s"] for i in noticed),
@@ -97,6 +165,11 @@ def build(outcome: Outcome, config: DrillConfig) -> dict:
         "max_wait_before_fallback_s": _max(
             f["waited_s"] for f in (report["stockout"] or {}).get("fallbacks", [])
         ),
+        "goodput": platform["goodput"],
+        "badput_share": 1 - platform["goodput"],
+        "goodput_vs_baseline": platform["goodput"] / base_goodput if base_goodput else None,
+        "manual_interventions": platform["manual_interventions"],
+        "baseline_manual_interventions": report["comparison"]["manual_interventions"]["baseline"],
     }
     return report
 
@@ -173,9 +246,25 @@ def tables(report: dict):
         ("lost steps, noticed preemptions", g["noticed_lost_steps"], 0, "=="),
         ("max notice → durable (s)", g["max_notice_to_durable_s"], GOAL_NOTICE_TO_DURABLE_S, "<="),
         ("max notice → resume (s)", g["max_notice_to_resume_s"], GOAL_NOTICE_TO_RESUME_S, "<="),
-        ("idle share of the pools", g["idle_share"], GOAL_IDLE_SHARE, "<="),
+        ("badput of paid node time", g["badput_share"], BADPUT_GOAL, "<="),
+        ("node time with no pod on the node", g["idle_share"], GOAL_IDLE_SHARE, "<="),
         ("jobs finished with no intervention", g["finished_without_intervention"], 1, "=="),
+        (
+            f"manual interventions (baseline: {_shown(g['baseline_manual_interventions'])})",
+            g["manual_interventions"],
+            0,
+            "==",
+        ),
     ]
+    if report["baseline"] is not None:
+        rows.append(
+            (
+                "goodput against the baseline's (x)",
+                g["goodput_vs_baseline"],
+                GOAL_GOODPUT_VS_BASELINE,
+                ">=",
+            )
+        )
     if report["stockout"] is not None:
         # Placement runs once per tick: the fallback may come that much after the wait.
         rows.append(
@@ -187,12 +276,11 @@ def tables(report: dict):
             )
         )
     for name, value, goal, op in rows:
-        met = value is not None and (value == goal if op == "==" else value <= goal)
-        shown = "-" if value is None else (f"{value:.3g}" if isinstance(value, float) else value)
-        goals.add_row(name, str(shown), f"{op} {goal:g}", "yes" if met else "NO")
+        met = value is not None and _OPS[op](value, goal)
+        goals.add_row(name, _shown(value), f"{op} {goal:g}", "yes" if met else "NO")
 
     cost, c = Table(title="Pools and cost"), report["cost"]
-    for column in ("pool", "node-s", "utilisation", "idle share", "USD/node-h"):
+    for column in ("pool", "node-s", "utilisation", "no pod on node", "USD/node-h"):
         cost.add_column(column)
     for name, p in report["pools"].items():
         cost.add_row(
@@ -206,29 +294,121 @@ def tables(report: dict):
         f"cost {c['actual']:.5f} USD vs {c['all_on_demand']:.5f} all on-demand: "
         f"{c['saving_share']:.0%} saved"
     )
-    return [interruptions, jobs, goals, cost]
+    tables = [interruptions, jobs, goals, cost, badput_table("Goodput", report["goodput"])]
+    if report["baseline"] is not None:
+        tables += [badput_table("Goodput, baseline arm", report["baseline"]), comparison(report)]
+    return tables
 
 
-def timeline(outcome: Outcome, path: Path, stockout_s: tuple[float, float] | None = None) -> None:
-    """Jobs on nodes over time, with the preemption marks and the stockout's window."""
+def badput_table(title: str, goodput: dict):
+    """Goodput and badput by cause: in total, per pool (node time) and per job (its time)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("of", "time (s)", "goodput", *accounting.ACCOUNTS):
+        table.add_column(column.replace("_", " "))
+    parts = [("all nodes", goodput, "paid_s")]
+    parts += [(pool, p, "paid_s") for pool, p in goodput["pools"].items() if p["paid_s"] > 0]
+    parts += [(job, j, "run_s") for job, j in goodput["jobs"].items()]
+    for name, part, time_key in parts:
+        total = part[time_key]
+        shares = [
+            f"{part['badput_s'][c] / total:.1%}" if total else "-" for c in accounting.ACCOUNTS
+        ]
+        table.add_row(name, f"{total:.0f}", f"{part['ratio']:.1%}", *shares)
+    table.caption = (
+        "nodes: node time paid; jobs: time from first queued to finished. Shares of that time."
+    )
+    return table
+
+
+def comparison(report: dict):
+    from rich.table import Table
+
+    b = report["baseline"]
+    table = Table(title="Platform against baseline (same interruption schedule)")
+    for column in ("measure", "platform", "baseline"):
+        table.add_column(column)
+    for key, label, _, form in COMPARED:
+        cells = [_format(form, report["comparison"][key][arm]) for arm in ("platform", "baseline")]
+        if key == "time_to_finish_s" and not b["finished"]:
+            cells[1] = f"> {cells[1]} (not finished)"
+        table.add_row(label, *cells)
+    table.caption = (
+        f"baseline: {b['jobs_run']} jobs, plain trainer, static spot group, restarted by hand "
+        f"after {b['manual_delay_s']:.0f} s (the seed's 40 min at the drill's 60x time scale); "
+        + ("all jobs finished" if b["finished"] else "NOT all jobs finished in time")
+    )
+    return table
+
+
+_OPS = {"==": lambda v, g: v == g, "<=": lambda v, g: v <= g, ">=": lambda v, g: v >= g}
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _format(form: str, value) -> str:
+    return "-" if value is None else form.format(value)
+
+
+def timeline(
+    arms: list[tuple[str, Outcome]],
+    path: Path,
+    stockout_s: tuple[float, float] | None = None,
+    compared: dict | None = None,
+) -> None:
+    """Each arm's jobs on nodes over time, with the preemption marks and the stockout's window,
+    on one time axis; below them, the measures the arms are compared by, side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    nodes = [n.name for n in outcome.cluster.nodes]
-    row = {name: i for i, name in enumerate(nodes)}
+    heights = [1.2 + 0.6 * len(outcome.cluster.nodes) for _, outcome in arms]
+    if compared is not None:
+        heights.append(2.6)
+    fig = plt.figure(figsize=(13, sum(heights)))
+    grid = fig.add_gridspec(len(heights), len(COMPARED), height_ratios=heights)
+    shared = None
+    for i, (title, outcome) in enumerate(arms):
+        ax = fig.add_subplot(grid[i, :], sharex=shared)
+        shared = shared or ax
+        _draw_arm(ax, outcome, title, stockout_s if i == 0 else None)
+    if compared is not None:
+        for k, (key, _, label, form) in enumerate(COMPARED):
+            ax = fig.add_subplot(grid[-1, k])
+            values = [compared[key][arm] for arm in ("platform", "baseline")]
+            ax.bar([0, 1], [v or 0 for v in values], color=["tab:green", "tab:gray"])
+            for x, value in enumerate(values):
+                ax.text(x, value or 0, _format(form, value), ha="center", va="bottom", fontsize=7)
+            ax.set_xticks([0, 1], ["platform", "baseline"], fontsize=7)
+            ax.set_yticks([])
+            ax.set_title(label, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _draw_arm(ax, outcome: Outcome, title: str, stockout_s: tuple[float, float] | None) -> None:
     from matplotlib.patches import Patch
 
+    nodes = [n.name for n in outcome.cluster.nodes]
+    row = {name: i for i, name in enumerate(nodes)}
     job_colour = {j.name: _JOB_COLOURS[i % len(_JOB_COLOURS)] for i, j in enumerate(outcome.jobs)}
     t0 = outcome.started_at
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(nodes)))
     for run in outcome.runs:
         y, colour = row[run.node.name], job_colour[run.spec.name]
         trained_from = run.first_step_at or run.ended_at
         # The pod's start and restore in a pale shade, its training in full colour.
         ax.barh(y, trained_from - run.started_at, left=run.started_at - t0, color=colour, alpha=0.3)
         ax.barh(y, run.ended_at - trained_from, left=trained_from - t0, color=colour)
+    for node in outcome.cluster.nodes:
+        for start, end in node.uptime:  # paid node time, with or without a pod
+            ax.plot([start - t0, end - t0], [row[node.name] + 0.45] * 2, color="black", lw=1)
     if stockout_s is not None:
         low, high = stockout_s
         ax.axvspan(low, min(high, outcome.ended_at - t0), color="red", alpha=0.08)
@@ -248,9 +428,6 @@ def timeline(outcome: Outcome, path: Path, stockout_s: tuple[float, float] | Non
     handles += [Patch(color=colour, label=name) for name, colour in job_colour.items()]
     ax.set_yticks(range(len(nodes)), nodes)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds since the drill started")
-    ax.set_title("Drill timeline: jobs on nodes (pale: pod start and restore)")
+    ax.set_xlabel("seconds since the arm started")
+    ax.set_title(f"{title}: jobs on nodes (pale: pod start and restore; line: node paid)")
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

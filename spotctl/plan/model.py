@@ -19,8 +19,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from spotsafe.goodput import BLOCKING_SAVES, FINAL_SAVES, LOST_WORK
+
 HOUR_S = 3600.0
-CAUSES = ("blocking_saves", "lost_work", "final_saves", "restarts")
+RESTARTS = "restarts"
+"""From an interruption until training again: the runtime's and the drill's scheduling, pod
+start and restore (spotsafe.goodput.RESTARTS), in one."""
+CAUSES = (BLOCKING_SAVES, LOST_WORK, FINAL_SAVES, RESTARTS)
+"""Badput by cause, in the runtime's names (spotsafe.goodput)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""A small seeded drill, end to end: real trainers, real notices, a real S3-API server."""
+"""A small seeded drill, end to end: real trainers, real notices, a real S3-API server; then the
+baseline arm on the same interruption schedule, and goodput for both."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from spotsafe.goodput import CAUSES
+
+from spotctl.drill.config import DrillConfig
+from spotctl.drill.harness import Drill
 
 # Small enough for a shared 2-core machine; the rates make sure both kinds of preemption land
-# while the jobs train.
+# while the jobs train. The baseline arm's manual delay is short, so that it finishes soon.
+MANUAL_DELAY_S = 4
 SMALL_DRILL = [
     "--seed", "3",
     "--jobs", "2",
@@ -23,6 +29,7 @@ SMALL_DRILL = [
     "--hard-kills", "1",
     "--hard-kill-window-s", "1", "3",
     "--on-demand-after-s", "2",
+    "--manual-delay-s", str(MANUAL_DELAY_S),
 ]  # fmt: skip
 
 
@@ -136,6 +143,7 @@ STOCKOUT_DRILL = [
     "--on-demand-after-s", "2",
     "--stockout-s", "0", "6",
     "--final-phase", "0",
+    "--baseline-jobs", "0",
 ]  # fmt: skip
 
 
@@ -171,3 +179,84 @@ def test_after_the_stockout_the_next_start_is_on_spot(stockout_report) -> None:
     assert other[0]["t"] >= 6
     dry = [e for e in stockout_report["events"] if e["kind"] == "spot-dry"]
     assert {e["job"] for e in dry} == {"job-1", "job-2"} and all(e["t"] < 6 for e in dry)
+
+
+def test_goodput_accounts_for_every_paid_node_second_and_each_jobs_time(report: dict) -> None:
+    goodput = report["goodput"]
+    assert set(goodput["badput_s"]) == {*CAUSES, "other"}
+    for name, pool in report["pools"].items():
+        assert goodput["pools"][name]["paid_s"] == pytest.approx(pool["node_seconds"])
+    assert goodput["paid_s"] == pytest.approx(
+        sum(p["node_seconds"] for p in report["pools"].values())
+    )
+    assert 0 < goodput["ratio"] < 1
+    # Paid node time: a job waiting for a node pays none of it.
+    assert goodput["badput_s"]["scheduling"] == 0
+    for cause in ("pod_start", "restore", "final_saves", "blocking_saves", "idle_nodes"):
+        assert goodput["badput_s"][cause] > 0, cause
+    # A job's time runs from its queueing at the start until it finished.
+    finished_at = {e["job"]: e["t"] for e in report["events"] if e["kind"] == "finished"}
+    for name, job in goodput["jobs"].items():
+        assert job["run_s"] == pytest.approx(finished_at[name], abs=0.01)
+        assert job["badput_s"]["idle_nodes"] == 0
+    # Only the hard kill loses steps, and the drill counts them one way as the other.
+    assert goodput["lost_steps"] == sum(i["lost_steps"] or 0 for i in report["interruptions"])
+    assert goodput["lost_steps"] > 0 and goodput["badput_s"]["lost_work"] > 0
+
+
+def test_the_baseline_arm_meets_the_same_interruptions_without_the_platform(report: dict) -> None:
+    baseline, platform = report["baseline"], report["goodput"]
+    assert set(baseline) >= {*platform, "manual_interventions", "time_to_finish_s"}
+    assert baseline["finished"] and baseline["jobs_run"] == 2
+    assert baseline["manual_delay_s"] == MANUAL_DELAY_S
+    assert baseline["interruptions"] >= 1
+    # Every pod that died was started again by hand; nothing else restarts it.
+    assert baseline["manual_interventions"] == baseline["interruptions"]
+    # No notice handling: no final saves, and interruptions lose the steps since a checkpoint.
+    assert baseline["badput_s"]["final_saves"] == 0 and baseline["lost_steps"] > 0
+    # The static group pays for its nodes while someone is yet to restart a pod.
+    assert baseline["badput_s"]["idle_nodes"] > 0
+    assert set(baseline["pools"]["on-demand"]["badput_s"].values()) == {0}
+
+
+def test_the_arms_are_compared_on_the_measures_of_the_seeds_table(report: dict) -> None:
+    compared, goals = report["comparison"], report["goals"]
+    assert set(compared) == {
+        "goodput",
+        "interruptions",
+        "time_to_finish_s",
+        "manual_interventions",
+        "recovery_s_mean",
+        "recovery_s_max",
+        "lost_steps",
+        "cost_usd",
+    }
+    assert compared["goodput"] == {
+        "platform": report["goodput"]["ratio"],
+        "baseline": report["baseline"]["ratio"],
+    }
+    assert compared["manual_interventions"]["platform"] == goals["manual_interventions"] == 0
+    assert (
+        compared["manual_interventions"]["baseline"] == report["baseline"]["manual_interventions"]
+    )
+    assert compared["cost_usd"]["platform"] == pytest.approx(report["cost"]["actual"])
+    assert goals["goodput_vs_baseline"] == pytest.approx(
+        report["goodput"]["ratio"] / report["baseline"]["ratio"]
+    )
+    # A manual restart waits at least the manual delay.
+    assert compared["recovery_s_max"]["baseline"] > MANUAL_DELAY_S
+
+
+def test_a_notice_due_with_no_job_training_strikes_none_and_a_hard_kill_waits(
+    tmp_path: Path,
+) -> None:
+    """The cloud's schedule does not wait for a pod to train: an arm whose jobs are back sooner
+    is not struck more often. A hard kill, one of a few, waits to land."""
+    drill = Drill(DrillConfig(seed=3), "s3://unused", {}, tmp_path)
+    try:
+        drill.notice_times, drill.kill_times = [1.0, 2.0, 9.0], [1.5]
+        drill._inject(now=5.0, start=0.0)  # nothing trains yet
+        assert drill.notice_times == [9.0] and drill.kill_times == [1.5]
+        assert drill.interruptions == [] and drill.events == []
+    finally:
+        drill.cluster.close()

@@ -61,6 +61,7 @@ def test_issue_alerts_are_all_there() -> None:
         "JobRunningOnFallbackTooLong",
         "InterruptionNoticeLagHigh",
         "NoticeSourceUnreachable",
+        "GoodputLow",
     }
 
 
@@ -103,3 +104,12 @@ def test_rules_and_dashboard_read_only_metrics_the_runtime_exports() -> None:
     used = set(re.findall(r"\bspotsafe_[a-z_]+", RULES_FILE.read_text() + panels))
     assert used, "the rules read no runtime metric"
     assert used <= exported, f"not exported by spotsafe: {sorted(used - exported)}"
+
+
+def test_dashboard_reads_only_series_the_rules_record() -> None:
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    recorded = {rule["record"] for group in groups for rule in group["rules"] if "record" in rule}
+    panels = json.dumps(dashboard(DashboardArgs("monitoring", 4.0, 1.5)))
+    used = set(re.findall(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", panels))
+    assert "namespace_run:spot_training_goodput:ratio6h" in used
+    assert used <= recorded, f"not recorded by the rules: {sorted(used - recorded)}"

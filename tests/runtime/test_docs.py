@@ -1,6 +1,7 @@
-"""Every code block of the runtime's README and of docs/preemption.md runs here, so a printed
-loop can never drift from the API: python blocks as scripts against the real S3-API server with
-a bucket `my-bucket`, commands against the programs' --help, the layout against manifest.py.
+"""Every code block of the runtime's README, docs/preemption.md and docs/goodput.md runs here, so
+a printed loop can never drift from the API: python blocks as scripts against the real S3-API
+server with a bucket `my-bucket`, commands against the programs' --help, the layout against
+manifest.py.
 
 A python block preceded by `<!-- harness: NAME -->` is a fragment: it runs after PRELUDES[NAME],
 which defines the names it takes as given, and nothing else."""
@@ -21,11 +22,16 @@ from pathlib import Path
 import boto3
 import pytest
 from spotsafe.fencing import ATTEMPTS_PREFIX
+from spotsafe.goodput import PROGRESS_PREFIX
 from spotsafe.manifest import manifest_key, step_prefix
 from spotsafe_harness import s3_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCS = [REPO_ROOT / "training-image" / "README.md", REPO_ROOT / "docs" / "preemption.md"]
+DOCS = [
+    REPO_ROOT / "training-image" / "README.md",
+    REPO_ROOT / "docs" / "preemption.md",
+    REPO_ROOT / "docs" / "goodput.md",
+]
 BUCKET = "my-bucket"
 FENCE = re.compile(r"(?:<!-- harness: (\w+) -->\n)?```(\w*)\n(.*?)```", re.S)
 
@@ -257,3 +263,4 @@ def test_the_layout_is_the_one_the_code_writes() -> None:
     assert keys[0] == f"{ATTEMPTS_PREFIX}<A>.json"
     assert keys[1].startswith(step_prefix(0).replace("0", "<N>") + "attempt-<A>/")
     assert keys[2] == manifest_key(0).replace("0", "<N>")
+    assert keys[3] == f"{PROGRESS_PREFIX}<A>.json"

@@ -7,8 +7,13 @@ Expose them with ``prometheus_client.start_http_server(port)`` (the example trai
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from spotsafe import goodput
 
 _SAVE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
@@ -92,3 +97,28 @@ training_step = Gauge("spotsafe_training_step", "Step the training loop last com
 resumed_from_step = Gauge(
     "spotsafe_resumed_from_step", "Step this process resumed from at start; -1 for a fresh start"
 )
+
+# ---- goodput (see spotsafe.goodput) -----------------------------------------------------------
+
+
+class _GoodputCollector(Collector):
+    """The ledgers' seconds, read at scrape time: the training thread only adds to floats."""
+
+    def collect(self) -> Iterator[Metric]:
+        good = CounterMetricFamily(
+            "spotsafe_goodput_seconds",
+            "Training step time of steps computed for the first time in the run",
+        )
+        good.add_metric([], sum(ledger.goodput_s for ledger in goodput.LEDGERS))
+        bad = CounterMetricFamily(
+            "spotsafe_badput_seconds",
+            "Time this process spent on anything but new training steps, by cause",
+            labels=["cause"],
+        )
+        for cause in goodput.IN_POD:
+            bad.add_metric([cause], sum(ledger.badput_s[cause] for ledger in goodput.LEDGERS))
+        yield good
+        yield bad
+
+
+REGISTRY.register(_GoodputCollector())

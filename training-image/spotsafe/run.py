@@ -9,6 +9,8 @@ process's RNGs). Each time the loop asks for the next batch, the step just done 
 saved when due; after a termination notice that step is saved, made durable, and the run raises
 ``Preempted``, which exits 75 ("preempted, resume me"). Leaving the block at the end saves the
 last step unless it is saved already and waits until it is durable. Nothing is saved twice.
+Throughout, the run's time is accounted as goodput and badput by cause (``Run.ledger``, see
+``spotsafe.goodput``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from spotsafe import metrics
+from spotsafe import goodput, metrics
 from spotsafe.checkpointer import Checkpointer
 from spotsafe.data import LoaderGenerator
 from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
@@ -106,19 +108,43 @@ class Run:
         self.resumed_from: int | None = None
         self.report: dict[str, Any] = {}
         """After a notice: how the final save went (Preempted.report)."""
+        self.ledger = goodput.Ledger()
+        """This attempt's goodput and badput seconds."""
+        self._progress_every_s = goodput.progress_every_s()
+        self._recorder: goodput.ProgressRecorder | None = None
 
     def __enter__(self) -> Run:
+        self.ledger.start()
         self.guard.__enter__()
         try:
             self.resumed_from = self.ckpt.restore(self.state)
-            self.guard.account_lost_steps(self.ckpt, self.resumed_from)
+            lost = self.guard.account_lost_steps(self.ckpt, self.resumed_from)
+            self._account_repeats(lost)
         except BaseException:
             self.guard.close()
             self.ckpt.close()
             raise
         self.step = self.resumed_from or 0
         metrics.resumed_from_step.set(-1 if self.resumed_from is None else self.resumed_from)
+        self.ledger.charge(goodput.RESTORE)
         return self
+
+    def _account_repeats(self, lost_at_stop: int | None) -> None:
+        """How far the earlier attempts got (steps up to there are lost work when trained
+        again), and, on rank 0, record how far the run gets for the next attempt."""
+        attempt = self.ckpt.attempt
+        if attempt is None:  # a reader: it trains nothing of the run's own
+            return
+        resumed = self.resumed_from or 0
+        reached = goodput.reached_before(self.ckpt.store, attempt)
+        self.ledger.redo_until = max(reached, resumed + (lost_at_stop or 0))
+        if self.ckpt.rank == 0:
+            self._recorder = goodput.ProgressRecorder(
+                self.ckpt.store,
+                attempt,
+                lambda: max(self.step, self.ledger.redo_until),
+                self._progress_every_s,
+            )
 
     def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
         code = None
@@ -133,7 +159,16 @@ class Run:
             else:
                 self._close_behind(error)
         finally:
+            if self._recorder is not None:
+                # After a notice the final save holds the step reached, and the time left is
+                # the notice's: no further write.
+                self._recorder.close(final=code != EXIT_PREEMPTED)
             self.guard.close(exit_code=code)
+            # The wrap-up is part of the run's end: the final save's after a notice, else the
+            # last save's (or the wait for the saves in flight).
+            self.ledger.charge(
+                goodput.FINAL_SAVES if code == EXIT_PREEMPTED else goodput.BLOCKING_SAVES
+            )
 
     def steps(self, total: int) -> Iterator[int]:
         """Step numbers after the restored one, up to total. Each step's work runs between one
@@ -173,6 +208,7 @@ class Run:
 
     def _count_step(self) -> None:
         self.step += 1
+        self.ledger.step(self.step)
         metrics.training_step.set(self.step)
 
     def _end_step(self) -> None:
@@ -180,10 +216,12 @@ class Run:
         decision = self.guard.check()
         if decision.checkpoint_now:  # rebalance recommendation: save now, train on
             self.ckpt.save(self.step, self.state)
-        else:
-            self.ckpt.maybe_save(self.step, self.state)
+            self.ledger.charge(goodput.BLOCKING_SAVES)
+        elif self.ckpt.maybe_save(self.step, self.state):
+            self.ledger.charge(goodput.BLOCKING_SAVES)
         if decision.stop:
             self.report = self.guard.final_save(self.ckpt, self.step, self.state)
+            self.ledger.charge(goodput.FINAL_SAVES)
             raise Preempted(self.report)
 
     def _close_behind(self, error: BaseException) -> None:

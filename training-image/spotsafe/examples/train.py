@@ -4,7 +4,8 @@
 
 It resumes by itself from the newest valid checkpoint, saves every K steps and once at the end.
 Its last stdout line is one JSON object: final_step, resumed_from, weights_sha256 (sha256 over
-the final parameters' names and bytes, in parameter order), plus the checkpoints it skipped.
+the final parameters' names and bytes, in parameter order), the checkpoints it skipped and this
+process's goodput and badput seconds (spotsafe.goodput).
 Tests, the drill and the benchmark all run it.
 
 On a termination notice (spotsafe.termination: SIGTERM, AWS IMDS, GCE metadata) it stops at the
@@ -180,6 +181,7 @@ def run(cfg: TrainConfig, checkpointer: Checkpointer | None = None) -> dict[str,
         "weights_sha256": weights_sha256(model),
         "stopped_early": training.step < cfg.steps,
         "skipped": [asdict(s) for s in ckpt.skipped],
+        "goodput": training.ledger.to_json(),
     }
 
 
