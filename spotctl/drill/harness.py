@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -251,9 +250,7 @@ class Drill:
         interruption = Interruption(job.name, node.name, "notice", node.flavour, now)
         self.interruptions.append(interruption)
         job.open_interruptions.append(interruption)
-        node.announce_preemption(
-            now, self.config.notice_s, lambda: run.proc.send_signal(signal.SIGTERM)
-        )
+        node.announce_preemption(now, self.config.notice_s, run.terminate)
         self._event(now, "notice", job.name, node, node.flavour)
 
     def _hard_kill(self, run: Run, now: float) -> None:
@@ -297,7 +294,7 @@ class Drill:
                 ON_DEMAND, now
             ):
                 run.stopping = "drain"
-                run.proc.send_signal(signal.SIGTERM)
+                run.terminate()
                 self._event(now, "drain", job.name, run.node, "final phase to on-demand")
                 return  # one at a time: the next one waits for the next free node
 

@@ -150,6 +150,12 @@ class Run:
             return True
         return False
 
+    def terminate(self) -> None:
+        """The node's shutdown reaches the pod (SIGTERM). Its step is read first: a trainer
+        that dies of it, handling no notice, leaves no other record of how far it got."""
+        self.scrape(time.time())
+        self.proc.send_signal(signal.SIGTERM)
+
     def kill(self) -> float:
         """The node disappears under the pod; when it ended. The pod's metrics are read just
         before, so its ledger never counts past its end."""
