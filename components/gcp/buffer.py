@@ -2,10 +2,10 @@
 
 GKE has no scheduled pool size, so the pool has no autoscaling and Cloud Scheduler sets its size:
 one job per action of the schedule POSTs `{"nodeCount": N}` to the GKE API's `setSize` of the
-pool, as a service account of its own that may do little more. `pulumi up` leaves the node count
-to the schedule. A pool of GPU machines is on-demand capacity of the GPU class of its
-accelerator: it carries the class's labels and ComputeClass label and taint, so at night the
-class's training pods land on its free nodes.
+pool, as a service account of its own whose one permission is the one setSize needs. `pulumi up`
+leaves the node count to the schedule. A pool of GPU machines is on-demand capacity of the GPU
+class of its accelerator: it carries the class's labels and ComputeClass label and taint, so at
+night the class's training pods land on its free nodes.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from components.pools import PoolSpec
 
 CONTAINER_API = "https://container.googleapis.com/v1"
 # setSize is authorised by container.clusters.update, and nothing narrower exists: GKE's IAM is
-# per project, and its predefined roles that hold this permission (container.clusterAdmin,
-# container.admin) may also create and delete clusters and read their secrets. A custom role of
-# this one permission is the least that can resize the pool.
+# per project, and the predefined roles that hold this permission may also create and delete
+# clusters (container.clusterAdmin), or do anything inside them too (container.admin). A custom
+# role of this one permission is the least that can resize the pool.
 RESIZER_PERMISSIONS = ("container.clusters.update",)
 # A resize fails while another operation runs on the cluster (an upgrade, say): retry it.
 RETRY = {"retry_count": 5, "min_backoff_duration": "60s", "max_backoff_duration": "600s"}
