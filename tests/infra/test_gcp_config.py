@@ -337,3 +337,15 @@ def test_a_bad_stack_stops_the_preview_with_one_line(program_copy):
         "invalid stack config:",
         "  spot-training:zones: zones ['europe-west4-a'] are not zones of region 'us-central1'",
     ]
+
+
+def test_a_bad_buffer_stops_the_preview_with_one_line(program_copy):
+    values = with_buffer(schedule=[NIGHT, NIGHT])
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program_copy("bad", values), "bad")
+    assert not caught.value.crashed
+    assert str(caught.value).splitlines() == [
+        "invalid stack config:",
+        "  spot-training:gcp.buffer_pool.schedule: schedule action names must be unique; "
+        "repeated: ['training-night']",
+    ]
