@@ -4,8 +4,9 @@
 (`components/catalog.yaml`):
 
 - every instance type is in the catalog, every zone is one of the region's; on GCP, every zone
-  of a class's pools offers its accelerator;
+  of a class's pools (and of a GPU buffer) offers its accelerator;
 - a GPU class is one accelerator model and memory, named after it, on the GPU AMI's architecture;
+  a GPU buffer's accelerator is a class of the stack (the buffer joins it);
 - the teams' quotas of a class fit in its pools' limits, and the pools' limits in the requested
   service quotas (vCPUs per instance family, spot and on-demand);
 - every Job template's pod fits at least one instance type of its class, after what the node
@@ -92,11 +93,19 @@ def capacity_problems(config: StackConfig) -> list[Problem]:
         if not found:
             types = [known.instance_types[name] for name in gpu_class.instance_types]
             classes[gpu_class.name] = (index, gpu_class, types)
-            problems += _offering_problems(config, index, gpu_class, types[0], known)
+            problems += _offering_problems(
+                config,
+                f"gpu_classes[{index}].zones",
+                f"class {gpu_class.name!r}",
+                types[0].gke_accelerator,
+                gpu_class.zones,
+            )
     if config.aws is not None:
         problems += _pool_problems(config, known)
     if config.gcp is not None:
         problems += _gke_pool_problems(config, classes, known)
+    if config.gcp is not None and config.gcp.buffer_pool is not None:
+        problems += _gke_buffer_problems(config, known)
     problems += _quota_problems(config, classes)
     problems += _template_problems(config, classes, config.cloud)
     if config.aws is not None and not problems:
@@ -184,30 +193,29 @@ def _class_problems(
 
 
 def _offering_problems(
-    config: StackConfig, index: int, gpu_class: GpuClass, instance: InstanceType, known: Catalog
+    config: StackConfig, where: str, owner: str, accelerator: str | None, zones: list[str] | None
 ) -> list[Problem]:
-    """The zones of a GKE class's pools that do not offer its accelerator: a node pool there
-    could never get a node (EKS: Karpenter reads the live offerings, so nothing to check)."""
-    accelerator = instance.gke_accelerator
+    """The zones of GKE pools (`where`, unset: the stack's zones) that do not offer their
+    accelerator: a node pool there could never get a node (EKS: Karpenter reads the live
+    offerings, so nothing to check)."""
     if accelerator is None:
         return []
-    offered = known.accelerator_zones.get(accelerator, {}).get(config.region, ())
-    where = f"gpu_classes[{index}].zones"
-    why = f"{accelerator} ({gpu_class.name}) is offered in {config.region} only in {list(offered)}"
-    if gpu_class.zones is None:
+    offered = catalog(config.cloud).accelerator_zones.get(accelerator, {}).get(config.region, ())
+    why = f"{accelerator} is offered in {config.region} only in {list(offered)}"
+    if zones is None:
         missing = [zone for zone in config.zones if zone not in offered]
         if not missing:
             return []
         return [
             (
                 where,
-                f"not set, so the class's pools span the stack's zones, but {why}: set it to the "
-                "stack's zones among those",
+                f"not set, so {owner} spans the stack's zones, but {why}: set it to the stack's "
+                "zones among those",
             )
         ]
     return [
-        (f"{where}[{i}]", f"{zone!r} does not offer the class's GPUs: {why}")
-        for i, zone in enumerate(gpu_class.zones)
+        (f"{where}[{i}]", f"{zone!r} does not offer the GPUs of {owner}: {why}")
+        for i, zone in enumerate(zones)
         if zone not in offered
     ]
 
@@ -221,7 +229,6 @@ def _pool_problems(config: StackConfig, known: Catalog) -> list[Problem]:
     class of the stack."""
     problems = []
     pools = config.aws.pools
-    classes = {c.name for c in config.gpu_classes}
     for tier in ("stable", "buffer"):
         pool = getattr(pools, tier)
         if pool is None:
@@ -254,16 +261,52 @@ def _pool_problems(config: StackConfig, known: Catalog) -> list[Problem]:
             )
         elif types[0].gpus and len({t.accelerator for t in types}) > 1:
             problems.append((where, "one node group of GPUs has one accelerator model and memory"))
-        elif types[0].gpus and class_name(types[0].accelerator) not in classes:
-            problems.append(
-                (
-                    where,
-                    f"its GPUs ({_gpu(types[0])}) are of no class in gpu_classes[].name: add "
-                    f"{class_name(types[0].accelerator)!r}, so training runs on the buffer when "
-                    "it is free",
-                )
-            )
+        elif types[0].gpus:
+            problems += _buffer_class_problems(config, where, types[0])
     return problems
+
+
+def _buffer_class_problems(config: StackConfig, where: str, machine: InstanceType) -> list[Problem]:
+    """A GPU buffer joins the class of its accelerator, which the stack must have."""
+    if class_name(machine.accelerator) in {c.name for c in config.gpu_classes}:
+        return []
+    return [
+        (
+            where,
+            f"its GPUs ({_gpu(machine)}) are of no class in gpu_classes[].name: add "
+            f"{class_name(machine.accelerator)!r}, so training runs on the buffer when it is free",
+        )
+    ]
+
+
+def _gke_buffer_problems(config: StackConfig, known: Catalog) -> list[Problem]:
+    """The buffer's zones are the stack's, its machine type is known, and a GPU buffer's
+    accelerator has a class and is offered in each of its zones."""
+    buffer, where = config.gcp.buffer_pool, "gcp.buffer_pool"
+    problems = [
+        (
+            f"{where}.zones[{i}]",
+            f"{zone!r} is not among the stack's zones (zones[] = {config.zones})",
+        )
+        for i, zone in enumerate(buffer.zones or ())
+        if zone not in config.zones
+    ]
+    unknown = _unknown(f"{where}.machine_type", buffer.machine_type, known)
+    if unknown:
+        return [*problems, unknown]
+    machine = known.instance_types[buffer.machine_type]
+    if machine.accelerator is None or problems:
+        return problems
+    return [
+        *_buffer_class_problems(config, f"{where}.machine_type", machine),
+        *_offering_problems(
+            config,
+            f"{where}.zones",
+            f"the buffer pool ({machine.name})",
+            machine.gke_accelerator,
+            buffer.zones,
+        ),
+    ]
 
 
 def _gke_pool_problems(config: StackConfig, classes: dict, known: Catalog) -> list[Problem]:

@@ -28,7 +28,15 @@ from components.gcp.config import (
     LABEL_VALUE,
     GcpConfig,
 )
-from components.schema import DNS_LABEL, CreateOrAttach, Model, NonNegativeInt, PositiveInt
+from components.schema import (
+    DNS_LABEL,
+    CreateOrAttach,
+    Model,
+    NonNegativeInt,
+    PositiveInt,
+    Schedule,
+    ScheduledAction,
+)
 from components.versions import (
     GPU_AMI_ALIAS,
     KUBERNETES_RELEASES,
@@ -231,48 +239,9 @@ class ClusterConfig(CreateOrAttach):
     existing: ExistingCluster | None = None
 
 
-MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
-WEEKDAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
-# Cron fields as EC2 Auto Scaling reads them: name, range, and the names that stand for values.
-CRON_FIELDS = (
-    ("minute", range(0, 60), {}),
-    ("hour", range(0, 24), {}),
-    ("day of month", range(1, 32), {}),
-    ("month", range(1, 13), {name: i + 1 for i, name in enumerate(MONTHS)}),
-    ("day of week", range(0, 8), {name: i for i, name in enumerate(WEEKDAYS)}),
-)
-# One item of a field's comma-separated list: `*`, `N`, `N-M`, each optionally `/STEP`.
-CRON_ITEM = re.compile(r"^(\*|(?P<low>\w+)(-(?P<high>\w+))?)(/(?P<step>[1-9]\d*))?$")
+class ScheduledSize(ScheduledAction):
+    """One scheduled scaling action of an EC2 Auto Scaling group (cron in UTC)."""
 
-
-def check_cron(expression: str) -> str:
-    """A five-field cron expression, or a ValueError naming the field that is wrong."""
-    fields = expression.split()
-    if len(fields) != len(CRON_FIELDS):
-        raise ValueError(
-            f"{expression!r} is not a cron expression of five fields (minute hour day-of-month "
-            "month day-of-week)"
-        )
-    for text, (what, allowed, names) in zip(fields, CRON_FIELDS, strict=True):
-        for item in text.split(","):
-            match = CRON_ITEM.match(item)
-            if match is None:
-                raise ValueError(f"{expression!r}: {what} {item!r} is not cron syntax")
-            ends = [match[k].upper() for k in ("low", "high") if match[k]]
-            values = [int(e) if e.isdigit() else names.get(e) for e in ends]
-            if None in values or any(v not in allowed for v in values) or values != sorted(values):
-                raise ValueError(
-                    f"{expression!r}: {what} {item!r} is not a value or ascending range within "
-                    f"{allowed[0]}-{allowed[-1]}"
-                )
-    return expression
-
-
-class ScheduledSize(Model):
-    """One scheduled scaling action (UTC cron, five fields)."""
-
-    name: str = Field(pattern=DNS_LABEL)
-    recurrence: Annotated[str, AfterValidator(check_cron)]
     min_size: NonNegativeInt
     max_size: NonNegativeInt
     desired_size: NonNegativeInt
@@ -304,17 +273,9 @@ class StablePool(Pool):
 
 
 class BufferPool(Pool):
-    schedule: list[ScheduledSize] = Field(
-        min_length=1, description="Scheduled actions switching the buffer between uses."
+    schedule: Schedule[ScheduledSize] = Field(
+        description="Scheduled actions switching the buffer between uses."
     )
-
-    @field_validator("schedule")
-    @classmethod
-    def _unique_names(cls, value: list[ScheduledSize]) -> list[ScheduledSize]:
-        names = [action.name for action in value]
-        if len(set(names)) != len(names):
-            raise ValueError("schedule action names must be unique")
-        return value
 
 
 class Pools(Model):
@@ -606,7 +567,7 @@ class StackConfig(Model):
             if outside:
                 raise ValueError(
                     f"class {gpu_class.name!r}: zones {outside} are not among the stack's zones "
-                    f"{zones}"
+                    f"(zones[] = {zones})"
                 )
         return value
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -35,3 +36,64 @@ class CreateOrAttach(Model):
     @property
     def name(self) -> str:
         return (self.create or self.existing).name
+
+
+MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+WEEKDAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
+# Cron fields as EC2 Auto Scaling and Cloud Scheduler (unix-cron) read them: name, range, and the
+# names that stand for values.
+CRON_FIELDS = (
+    ("minute", range(0, 60), {}),
+    ("hour", range(0, 24), {}),
+    ("day of month", range(1, 32), {}),
+    ("month", range(1, 13), {name: i + 1 for i, name in enumerate(MONTHS)}),
+    ("day of week", range(0, 8), {name: i for i, name in enumerate(WEEKDAYS)}),
+)
+# One item of a field's comma-separated list: `*`, `N`, `N-M`, each optionally `/STEP`.
+CRON_ITEM = re.compile(r"^(\*|(?P<low>\w+)(-(?P<high>\w+))?)(/(?P<step>[1-9]\d*))?$")
+
+
+def check_cron(expression: str) -> str:
+    """A five-field cron expression, or a ValueError naming the field that is wrong."""
+    fields = expression.split()
+    if len(fields) != len(CRON_FIELDS):
+        raise ValueError(
+            f"{expression!r} is not a cron expression of five fields (minute hour day-of-month "
+            "month day-of-week)"
+        )
+    for text, (what, allowed, names) in zip(fields, CRON_FIELDS, strict=True):
+        for item in text.split(","):
+            match = CRON_ITEM.match(item)
+            if match is None:
+                raise ValueError(f"{expression!r}: {what} {item!r} is not cron syntax")
+            ends = [match[k].upper() for k in ("low", "high") if match[k]]
+            values = [int(e) if e.isdigit() else names.get(e) for e in ends]
+            if None in values or any(v not in allowed for v in values) or values != sorted(values):
+                raise ValueError(
+                    f"{expression!r}: {what} {item!r} is not a value or ascending range within "
+                    f"{allowed[0]}-{allowed[-1]}"
+                )
+    return expression
+
+
+class ScheduledAction(Model):
+    """One named action of a pool's schedule, at the times of a five-field cron expression.
+    Each cloud adds what the action sets."""
+
+    name: str = Field(pattern=DNS_LABEL)
+    recurrence: Annotated[str, AfterValidator(check_cron)]
+
+
+Action = TypeVar("Action", bound=ScheduledAction)
+
+
+def _unique_names(actions: list[Action]) -> list[Action]:
+    names = [action.name for action in actions]
+    if len(set(names)) != len(names):
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"schedule action names must be unique; repeated: {duplicates}")
+    return actions
+
+
+# A pool's schedule: at least one action, each name once (it names the action's cloud resource).
+Schedule = Annotated[list[Action], Field(min_length=1), AfterValidator(_unique_names)]

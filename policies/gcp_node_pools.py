@@ -1,5 +1,6 @@
-"""Spot node pools on GKE: tainted, so only checkpoint-capable jobs land there, and with a kubelet
-shutdown grace GKE can honour, so the notice budget the runtime plans with is real."""
+"""Node pools on GKE. Spot pools: tainted, so only checkpoint-capable jobs land there, and with a
+kubelet shutdown grace GKE can honour, so the notice budget the runtime plans with is real. The
+buffer pool: on-demand and without autoscaling, so its size is its schedule's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ NODE_POOL = "gcp:container/nodePool:NodePool"
 GUARDING_EFFECTS = ("NO_SCHEDULE", "NO_EXECUTE")
 # What GKE gives when the pool sets nothing: 30 s in all, 15 s of it for critical pods.
 DEFAULT_GRACE_SECONDS = 30
+# The node label of the buffer tier (components/pools.py: POOL_LABEL, tier "buffer").
+BUFFER_LABEL = ("node-pool", "buffer")
 
 
 def _spot_config(args):
@@ -50,6 +53,25 @@ def _check_shutdown_grace(args, report_violation, settings) -> None:
         )
 
 
+def _check_buffer_fixed(args, report_violation, _settings) -> None:
+    if args.resource_type != NODE_POOL:
+        return
+    config = dig(args.props, "nodeConfig", default={})
+    key, value = BUFFER_LABEL
+    if dig(config, "labels", key) != value:
+        return
+    if dig(config, "spot") is True or dig(config, "preemptible") is True:
+        report_violation(
+            f"GKE buffer pool '{args.name}' runs spot or preemptible nodes; the services it holds "
+            "by day would lose them at any time"
+        )
+    if dig(args.props, "autoscaling"):
+        report_violation(
+            f"GKE buffer pool '{args.name}' has autoscaling; the autoscaler and its schedule's "
+            "resizes would undo each other"
+        )
+
+
 POLICIES = [
     ResourceRule(
         "gke-spot-pool-tainted",
@@ -70,5 +92,14 @@ POLICIES = [
         config={
             "maxShutdownGraceSeconds": {"type": "integer", "minimum": 1, "default": 120},
         },
+    ),
+    ResourceRule(
+        "gke-buffer-pool-on-demand-fixed",
+        "The GKE buffer pool (nodes labelled node-pool=buffer) is on-demand and has no "
+        "autoscaling.",
+        "Its schedule sets its size (Cloud Scheduler calling setSize): services by day need "
+        "nodes no recall takes, and an autoscaler would size it against the schedule.",
+        _check_buffer_fixed,
+        MANDATORY,
     ),
 ]

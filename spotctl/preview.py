@@ -35,6 +35,8 @@ class PreviewResource:
     dependencies: list[str] = field(default_factory=list)  # URNs
     provider: str | None = None  # "URN::id" of an explicit provider, None for the default one
     id: str | None = None  # physical id the mock engine assigned (None for components)
+    # Inputs `pulumi up` leaves as they are once the resource exists (`ignore_changes`).
+    ignore_changes: list[str] = field(default_factory=list)
 
 
 class PreviewError(Exception):

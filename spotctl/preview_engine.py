@@ -407,6 +407,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 "outputs": _plain(registered.state) if registered else {},
                 "dependencies": list(request.dependencies),
                 "provider": request.provider or None,
+                "ignore_changes": list(request.ignoreChanges),
             }
         )
         return response

@@ -128,6 +128,12 @@ def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) 
             target = f"b/{target}"
         state["etag"] = base64.b64encode(bytes.fromhex(_hex(logical, 16))).decode()
         return f"{target}/{state.get('role')}/{state.get('member')}"
+    if typ == "gcp:cloudscheduler/job:Job":
+        name = state.setdefault("name", autoname)
+        location = state.setdefault("region", region)
+        # A new job is enabled; Cloud Scheduler reports it so until someone pauses it.
+        state.update(project=project, state="ENABLED", paused=False)
+        return f"projects/{project}/locations/{location}/jobs/{name}"
     if typ == "gcp:logging/metric:Metric":
         return state.setdefault("name", autoname)
     if module == "monitoring":

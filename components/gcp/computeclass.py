@@ -12,6 +12,10 @@ SIGTERM and its grace period, the runtime treats it as a termination notice (fin
 the budget), and the Job replaces the pod without counting a failure (`DisruptionTarget` is
 ignored). Pods admitted to the on-demand flavor stay, since they select on-demand nodes only.
 
+A GPU buffer pool of the class (components/gcp/buffer.py) comes first: its nodes are paid for by
+the schedule whatever runs on them, the autoscaler never sizes it (it has no autoscaling), and
+a pod on it is at the class's top priority, so active migration never moves it off to spot.
+
 A node pool serves a ComputeClass once it carries the class's label and taint
 (`cloud.google.com/compute-class=<class>`); GKE adds the toleration to pods that select the class,
 and the platform's placements carry it too.
@@ -36,6 +40,7 @@ class ClassOrder:
     gpu_class: str
     spot_pools: tuple[str, ...]
     on_demand_pools: tuple[str, ...]
+    buffer_pools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.spot_pools and not self.on_demand_pools:
@@ -55,7 +60,9 @@ class ComputeClassesArgs:
 
 def compute_class(order: ClassOrder, active_migration: bool) -> dict:
     priorities = [
-        {"nodepools": list(pools)} for pools in (order.spot_pools, order.on_demand_pools) if pools
+        {"nodepools": list(pools)}
+        for pools in (order.buffer_pools, order.spot_pools, order.on_demand_pools)
+        if pools
     ]
     return {
         "apiVersion": API_VERSION,

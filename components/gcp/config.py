@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import zoneinfo
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from components.schema import DNS_LABEL, CreateOrAttach, Model, NonNegativeInt, PositiveInt
+from components.schema import (
+    DNS_LABEL,
+    CreateOrAttach,
+    Model,
+    NonNegativeInt,
+    PositiveInt,
+    Schedule,
+    ScheduledAction,
+)
 from components.versions import GKE_RELEASE_CHANNEL, GKE_VERSION
 
 GCP_PROJECT = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
@@ -192,6 +201,48 @@ class StablePoolConfig(Model):
         return self
 
 
+class ScheduledNodeCount(ScheduledAction):
+    """One action of the buffer's schedule: a Cloud Scheduler job that sets the pool's size."""
+
+    time_zone: str = Field(
+        default="Etc/UTC",
+        description="tz database name the recurrence is read in, e.g. 'America/Chicago'.",
+    )
+    nodes_per_zone: NonNegativeInt = Field(
+        description="Nodes in each of the pool's zones from this action on (GKE counts per zone)."
+    )
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_time_zone(cls, value: str) -> str:
+        if value not in zoneinfo.available_timezones():
+            raise ValueError(
+                f"{value!r} is not a tz database time zone like 'Etc/UTC' or 'America/Chicago'"
+            )
+        return value
+
+
+class BufferPoolConfig(Model):
+    """On-demand nodes whose count follows a schedule: services by day, training by night. GKE has
+    no scheduled pool size, so one Cloud Scheduler job per action resizes the pool through the
+    GKE API. A pool of GPU machines joins the GPU class of its accelerator."""
+
+    machine_type: str = Field(pattern=r"^[a-z0-9]+-[a-z0-9-]+$")
+    zones: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="Zones of the pool, among the stack's `zones`; a GPU pool's must offer its "
+        "accelerator (the catalog says which). Default: the stack's zones.",
+    )
+    disk_size_gb: int = Field(default=200, ge=20, le=65536)
+    schedule: Schedule[ScheduledNodeCount] = Field(
+        description="Actions that switch the buffer between uses, each setting its size."
+    )
+
+    def pool_zones(self, stack_zones: list[str]) -> list[str]:
+        return list(self.zones or stack_zones)
+
+
 class ShutdownGrace(Model):
     """Kubelet graceful shutdown on Spot nodes: all pods get `seconds` from the preemption notice
     to the power-off, critical pods the last `critical_pods_seconds` of it."""
@@ -289,6 +340,9 @@ class GcpConfig(Model):
     project: str = Field(pattern=GCP_PROJECT, description="Project id that holds the platform.")
     cluster: GkeClusterConfig
     stable_pool: StablePoolConfig = Field(default_factory=StablePoolConfig)
+    buffer_pool: BufferPoolConfig | None = Field(
+        default=None, description="Optional on-demand pool sized by a schedule."
+    )
     spot_shutdown: ShutdownGrace = Field(default_factory=ShutdownGrace)
     active_migration: bool = Field(
         default=True,

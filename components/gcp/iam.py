@@ -57,7 +57,7 @@ def account_id(*parts: str) -> str:
     return f"{whole[:21].rstrip('-')}-{hashlib.sha256(whole.encode()).hexdigest()[:8]}"
 
 
-def _account_id(value: str, what: str) -> str:
+def check_account_id(value: str, what: str) -> str:
     if not ACCOUNT_ID.match(value):
         raise ValueError(
             f"{what}: {value!r} is not a service account id (6-30 characters: lowercase "
@@ -66,13 +66,24 @@ def _account_id(value: str, what: str) -> str:
     return value
 
 
+def check_role_id(value: str, what: str) -> str:
+    if not re.fullmatch(r"[a-zA-Z0-9_.]{3,64}", value):
+        raise ValueError(f"{what}: {value!r} must be 3-64 letters, digits, '_' or '.'")
+    return value
+
+
+def role_id(title: str, env: str) -> str:
+    """A custom role's id, per environment: `spotTraining<Title>_<env>`."""
+    return f"spotTraining{title}_{env.replace('-', '_')}"
+
+
 @dataclass(frozen=True)
 class NodeServiceAccountArgs:
     project: str
     account_id: str
 
     def __post_init__(self) -> None:
-        _account_id(self.account_id, "NodeServiceAccountArgs.account_id")
+        check_account_id(self.account_id, "NodeServiceAccountArgs.account_id")
 
 
 class NodeServiceAccount(pulumi.ComponentResource):
@@ -158,11 +169,7 @@ class CheckpointWriterRoleArgs:
     role_id: str
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[a-zA-Z0-9_.]{3,64}", self.role_id):
-            raise ValueError(
-                f"CheckpointWriterRoleArgs.role_id: {self.role_id!r} must be 3-64 letters, "
-                "digits, '_' or '.'"
-            )
+        check_role_id(self.role_id, "CheckpointWriterRoleArgs.role_id")
 
 
 class CheckpointWriterRole(pulumi.ComponentResource):
@@ -200,7 +207,7 @@ class TeamTrainingIdentityArgs:
     role: pulumi.Input[str]
 
     def __post_init__(self) -> None:
-        _account_id(self.account_id, "TeamTrainingIdentityArgs.account_id")
+        check_account_id(self.account_id, "TeamTrainingIdentityArgs.account_id")
         if not self.prefix or "*" in self.prefix or self.prefix.startswith("/"):
             raise ValueError(
                 f"TeamTrainingIdentityArgs.prefix: {self.prefix!r} must be a non-empty object "

@@ -72,6 +72,44 @@ def node_settings(
     }
 
 
+def class_node_settings(
+    machine: InstanceType,
+    spot: bool,
+    disk_size_gib: int,
+    gpu_class: str | None,
+    node_labels: dict[str, str],
+    taints: tuple[Taint, ...],
+    resource_labels: dict[str, str],
+    service_account: pulumi.Input[str],
+) -> dict:
+    """The `node_config` of a pool that may be GPU class capacity. With a class, it carries the
+    label and taint of the class's ComputeClass (which uses only such pools), and names its
+    GPUs."""
+    if gpu_class is None:
+        return node_settings(
+            machine.name, spot, disk_size_gib, node_labels, taints, resource_labels, service_account
+        )
+    compute_class = Taint(COMPUTE_CLASS_LABEL, gpu_class, "NoSchedule")
+    node_config = node_settings(
+        machine.name,
+        spot,
+        disk_size_gib,
+        {**node_labels, COMPUTE_CLASS_LABEL: gpu_class},
+        (*taints, compute_class),
+        resource_labels,
+        service_account,
+    )
+    # The GPUs come with the machine type; naming them lets GKE install their driver.
+    node_config["guest_accelerators"] = [
+        {
+            "type": machine.gke_accelerator,
+            "count": machine.gpus,
+            "gpu_driver_installation_config": {"gpu_driver_version": GKE_GPU_DRIVER_VERSION},
+        }
+    ]
+    return node_config
+
+
 MANAGEMENT = {"auto_repair": True, "auto_upgrade": True}
 UPGRADE = {"strategy": "SURGE", "max_surge": 1, "max_unavailable": 0}
 
@@ -200,25 +238,16 @@ class GkeClassPool(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:gcp:GkeClassPool", name, None, opts)
         pool, machine = args.pool, args.machine
-        # The class's ComputeClass uses only the pools that carry its label and taint.
-        compute_class = Taint(COMPUTE_CLASS_LABEL, pool.gpu_class, "NoSchedule")
-        node_config = node_settings(
-            machine.name,
+        node_config = class_node_settings(
+            machine,
             pool.capacity == "spot",
             pool.disk_size_gib,
-            {**pool.labels, COMPUTE_CLASS_LABEL: pool.gpu_class},
-            (*pool.taints, compute_class),
+            pool.gpu_class,
+            pool.labels,
+            pool.taints,
             args.labels,
             args.service_account,
         )
-        # The GPUs come with the machine type; naming them lets GKE install their driver.
-        node_config["guest_accelerators"] = [
-            {
-                "type": machine.gke_accelerator,
-                "count": machine.gpus,
-                "gpu_driver_installation_config": {"gpu_driver_version": GKE_GPU_DRIVER_VERSION},
-            }
-        ]
         if args.shutdown is not None:
             node_config["kubelet_config"] = {
                 "shutdown_grace_period_seconds": args.shutdown.seconds,

@@ -1,8 +1,9 @@
 """The GCP half of the platform: everything the cloud provides, handed on as one `Platform`.
 
 Per GPU class, a spot and an on-demand node pool per machine type over the class's zones
-(components/gcp/nodepools.py); the stable pool for the controllers; the checkpoint bucket, the
-teams' Workload Identity, the image repository, quotas and alerting.
+(components/gcp/nodepools.py); the stable pool for the controllers; optionally the buffer pool
+sized by a schedule (components/gcp/buffer.py); the checkpoint bucket, the teams' Workload
+Identity, the image repository, quotas and alerting.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ import pulumi_gcp as gcp
 
 from components.catalog import catalog
 from components.config import NOTICE_SOURCES, StackConfig
+from components.gcp.buffer import (
+    GkeBufferPool,
+    GkeBufferPoolArgs,
+    buffer_pool_name,
+    buffer_spec,
+)
 from components.gcp.cluster import Cluster, ClusterArgs
 from components.gcp.computeclass import (
     COMPUTE_CLASS_LABEL,
@@ -30,6 +37,7 @@ from components.gcp.iam import (
     TeamTrainingIdentity,
     TeamTrainingIdentityArgs,
     account_id,
+    role_id,
 )
 from components.gcp.nodepools import (
     GkeClassPool,
@@ -119,6 +127,28 @@ def build_gcp(settings: StackConfig) -> Platform:
         for machine in pool.instance_types
         if pool.max_gpus >= machines[machine].gpus
     }
+    buffer = gcp_config.buffer_pool
+    buffer_pool = None
+    if buffer is not None:
+        machine = machines[buffer.machine_type]
+        buffer_pool = GkeBufferPool(
+            f"{env}-buffer",
+            GkeBufferPoolArgs(
+                spec=buffer_spec(buffer, machine),
+                machine=machine,
+                schedule=tuple(buffer.schedule),
+                project=project,
+                region=settings.region,
+                cluster=cluster.name,
+                location=cluster.location,
+                zones=buffer.pool_zones(settings.zones),
+                node_service_account=nodes.email,
+                scheduler_account_id=account_id(env, "buffer-scheduler"),
+                resizer_role_id=role_id("BufferResizer", env),
+                labels=cost_tags(settings.cost_tags, env, capacity="on-demand"),
+            ),
+            opts=opts,
+        )
     repository = ImageRepository(
         f"{env}-images",
         ImageRepositoryArgs(
@@ -147,9 +177,7 @@ def build_gcp(settings: StackConfig) -> Platform:
     )
     writer = CheckpointWriterRole(
         f"{env}-checkpoint-writer",
-        CheckpointWriterRoleArgs(
-            project=project, role_id=f"spotTrainingCheckpoints_{env.replace('-', '_')}"
-        ),
+        CheckpointWriterRoleArgs(project=project, role_id=role_id("Checkpoints", env)),
         opts=opts,
     )
     identities = {
@@ -221,6 +249,7 @@ def build_gcp(settings: StackConfig) -> Platform:
         "node_pools",
         {
             "stable": stable_pool.name,
+            **({"buffer": buffer_pool.name} if buffer_pool else {}),
             **{
                 f"{pool.name}-{machine}": node_pool.name
                 for (pool, machine), node_pool in gpu_pools.items()
@@ -236,15 +265,26 @@ def build_gcp(settings: StackConfig) -> Platform:
             if pool.gpu_class == gpu_class and pool.capacity == capacity
         )
 
+    def buffer_names(gpu_class: str) -> tuple[str, ...]:
+        if buffer_pool is None or buffer_pool.spec.gpu_class != gpu_class:
+            return ()
+        return (buffer_pool_name(buffer.machine_type),)
+
     compute_classes = ComputeClassesArgs(
         classes=tuple(
-            ClassOrder(c.name, pool_names(c.name, "spot"), pool_names(c.name, "on-demand"))
+            ClassOrder(
+                c.name,
+                pool_names(c.name, "spot"),
+                pool_names(c.name, "on-demand"),
+                buffer_names(c.name),
+            )
             for c in settings.gpu_classes
         ),
         active_migration=gcp_config.active_migration,
     )
     # A ComputeClass names its pools: it comes once they exist.
-    pools_ready = pulumi.ResourceOptions(depends_on=list(gpu_pools.values()))
+    class_pools_built = [*gpu_pools.values(), *([buffer_pool] if buffer_pool else [])]
+    pools_ready = pulumi.ResourceOptions(depends_on=class_pools_built)
     return Platform(
         cloud="gcp",
         region=settings.region,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import re
@@ -13,6 +14,7 @@ from stack_files import REPO_ROOT, stack_values
 
 from components.catalog import catalog
 from components.config import load_config
+from components.gcp.buffer import GkeBufferPoolArgs, buffer_spec, set_size_body
 from components.gcp.cluster import ClusterArgs
 from components.gcp.computeclass import COMPUTE_CLASS_LABEL
 from components.gcp.config import ShutdownGrace
@@ -286,6 +288,163 @@ def test_class_pool_args_refuse_what_gke_cannot_build(change, message):
         GkeClassPoolArgs(**args)
 
 
+# --- buffer pool and its schedule
+
+
+def test_buffer_pool_is_on_demand_capacity_of_its_class_with_no_autoscaling(prod: Preview):
+    buffer = PROD.gcp.buffer_pool
+    pool = prod.one("gcp:container/nodePool:NodePool", "-buffer-")
+    node = pool.inputs["nodeConfig"]
+    assert pool.inputs["name"] == "buffer-g2-standard-48"
+    assert pool.inputs["nodeLocations"] == buffer.zones == ["us-central1-a", "us-central1-b"]
+    # The schedule sizes it, not the autoscaler, and `pulumi up` leaves its size alone.
+    assert "autoscaling" not in pool.inputs and pool.inputs["nodeCount"] == 0
+    assert pool.ignore_changes == ["nodeCount"]
+    assert node["machineType"] == "g2-standard-48" and node["spot"] is False
+    assert node["bootDisk"]["sizeGb"] == buffer.disk_size_gb
+    # g2: L4 GPUs, so training of class l4-24gb runs on the buffer when it is free.
+    assert node["guestAccelerators"][0]["type"] == "nvidia-l4"
+    assert node["guestAccelerators"][0]["count"] == 4
+    assert node["labels"] == {
+        POOL_LABEL: "buffer",
+        CAPACITY_TYPE_LABEL: "on-demand",
+        GPU_CLASS_LABEL: "l4-24gb",
+        COMPUTE_CLASS_LABEL: "l4-24gb",
+    }
+    assert node["taints"] == [
+        {"key": COMPUTE_CLASS_LABEL, "value": "l4-24gb", "effect": "NO_SCHEDULE"}
+    ]
+    assert (
+        node["serviceAccount"]
+        == prod.one("gcp:serviceaccount/account:Account", "nodes").outputs["email"]
+    )
+    assert node["resourceLabels"]["capacity-type"] == "on-demand"
+
+
+def test_each_action_is_a_scheduler_job_that_sets_the_pool_size(prod: Preview):
+    pool = prod.one("gcp:container/nodePool:NodePool", "-buffer-")
+    cluster = prod.one("gcp:container/cluster:Cluster")
+    account = prod.one("gcp:serviceaccount/account:Account", "buffer-scheduler")
+    url = (
+        f"https://container.googleapis.com/v1/projects/{PROD.gcp.project}/locations/"
+        f"{cluster.outputs['location']}/clusters/{cluster.outputs['name']}/nodePools/"
+        f"{pool.outputs['name']}:setSize"
+    )
+    jobs = {j.inputs["name"]: j for j in prod.of_type("gcp:cloudscheduler/job:Job")}
+    assert set(jobs) == {f"prod-buffer-{a.name}" for a in PROD.gcp.buffer_pool.schedule}
+    for action in PROD.gcp.buffer_pool.schedule:
+        job = jobs[f"prod-buffer-{action.name}"]
+        assert job.inputs["schedule"] == action.recurrence
+        assert job.inputs["timeZone"] == action.time_zone == "America/Chicago"
+        assert job.inputs["region"] == PROD.region
+        target = job.inputs["httpTarget"]
+        assert target["uri"] == url and target["httpMethod"] == "POST"
+        assert json.loads(base64.b64decode(target["body"])) == {"nodeCount": action.nodes_per_zone}
+        assert target["headers"] == {"Content-Type": "application/json"}
+        assert target["oauthToken"] == {
+            "serviceAccountEmail": account.outputs["email"],
+            "scope": "https://www.googleapis.com/auth/cloud-platform",
+        }
+        assert job.outputs["state"] == "ENABLED"
+    assert {j.inputs["httpTarget"]["body"] for j in jobs.values()} == {
+        set_size_body(1),
+        set_size_body(2),
+    }
+
+
+def test_scheduler_account_may_only_resize_and_has_no_key(prod: Preview):
+    account = prod.one("gcp:serviceaccount/account:Account", "buffer-scheduler")
+    grants = [
+        m
+        for m in prod.of_type("gcp:projects/iAMMember:IAMMember")
+        if m.inputs["member"] == account.outputs["member"]
+    ]
+    role = prod.one("gcp:projects/iAMCustomRole:IAMCustomRole", "buffer-resizer")
+    assert [g.inputs["role"] for g in grants] == [role.outputs["name"]]
+    assert role.inputs["permissions"] == ["container.clusters.update"]
+    assert role.inputs["roleId"] == "spotTrainingBufferResizer_prod"
+    # Each job is created once its account may resize, so its first run succeeds.
+    (grant,) = grants
+    for job in prod.of_type("gcp:cloudscheduler/job:Job"):
+        assert grant.urn in job.dependencies
+
+
+def test_without_a_buffer_there_is_no_pool_job_or_scheduler_account(dev: Preview):
+    assert DEV.gcp.buffer_pool is None
+    assert not dev.of_type("gcp:cloudscheduler/job:Job")
+    assert not [p for p in dev.of_type("gcp:container/nodePool:NodePool") if "buffer" in p.name]
+    assert not [r for r in dev.resources if "buffer" in r.name]
+
+
+def test_a_cpu_buffer_joins_no_class():
+    config = load_config(changed_buffer(machine_type="n2-standard-16"))
+    machine = catalog("gcp").instance_types["n2-standard-16"]
+    spec = buffer_spec(config.gcp.buffer_pool, machine)
+    assert spec.gpu_class is None and spec.labels == {
+        POOL_LABEL: "buffer",
+        CAPACITY_TYPE_LABEL: "on-demand",
+    }
+    assert (spec.min_size, spec.max_size) == (0, 2)
+
+
+def changed_buffer(**fields) -> dict:
+    values = stack_values("gcp-prod")
+    values["gcp"]["buffer_pool"].update(fields)
+    return values
+
+
+BUFFER = dict(
+    project="p",
+    region="us-central1",
+    cluster="c",
+    location="us-central1",
+    zones=["us-central1-a"],
+    node_service_account="n@p.iam.gserviceaccount.com",
+    scheduler_account_id="prod-buffer-scheduler",
+    resizer_role_id="spotTrainingBufferResizer_prod",
+)
+
+
+def _buffer_args(**changes) -> GkeBufferPoolArgs:
+    machine = catalog("gcp").instance_types["g2-standard-48"]
+    buffer = PROD.gcp.buffer_pool
+    args = dict(
+        BUFFER,
+        spec=buffer_spec(buffer, machine),
+        machine=machine,
+        schedule=tuple(buffer.schedule),
+    )
+    return GkeBufferPoolArgs(**{**args, **changes})
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"schedule": ()}, "GkeBufferPoolArgs.schedule: at least one action"),
+        (
+            {"schedule": (PROD.gcp.buffer_pool.schedule[0],) * 2},
+            "GkeBufferPoolArgs.schedule: action names repeat",
+        ),
+        ({"zones": []}, "GkeBufferPoolArgs.zones: at least one zone"),
+        (
+            {"machine": catalog("gcp").instance_types["n2-standard-16"]},
+            "GkeBufferPoolArgs.spec: a buffer of the one machine type 'n2-standard-16'",
+        ),
+        ({"scheduler_account_id": "Buffer"}, "GkeBufferPoolArgs.scheduler_account_id: 'Buffer'"),
+        ({"resizer_role_id": "buffer-resizer"}, "GkeBufferPoolArgs.resizer_role_id"),
+    ],
+)
+def test_buffer_args_refuse_what_gke_cannot_build(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _buffer_args(**changes)
+
+
+def test_a_gpu_buffer_must_carry_its_class():
+    spec = dataclasses.replace(_buffer_args().spec, gpu_class=None)
+    with pytest.raises(ValueError, match="a GPU buffer joins the class of its accelerator"):
+        _buffer_args(spec=spec)
+
+
 # --- checkpoint bucket
 
 
@@ -357,7 +516,7 @@ def test_team_identity_is_bound_to_its_service_account_and_its_prefix(prod: Prev
     )
     bucket = prod.one("gcp:storage/bucket:Bucket")
     access = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember", f"{team.name}-training")
-    role = prod.one("gcp:projects/iAMCustomRole:IAMCustomRole")
+    role = prod.one("gcp:projects/iAMCustomRole:IAMCustomRole", "checkpoint-writer")
     assert access.inputs["bucket"] == bucket.outputs["name"]
     assert access.inputs["member"] == account.outputs["member"]
     assert access.inputs["role"] == role.outputs["name"]
@@ -371,7 +530,7 @@ def test_team_identity_is_bound_to_its_service_account_and_its_prefix(prod: Prev
 
 
 def test_checkpoint_role_reaches_objects_only(prod: Preview):
-    role = prod.one("gcp:projects/iAMCustomRole:IAMCustomRole")
+    role = prod.one("gcp:projects/iAMCustomRole:IAMCustomRole", "checkpoint-writer")
     assert sorted(role.inputs["permissions"]) == sorted(CHECKPOINT_PERMISSIONS)
     assert all(
         p.startswith(("storage.objects.", "storage.multipartUploads."))

@@ -178,13 +178,13 @@ H100 = 1  # gcp-prod's h100-80gb class, offered in us-central1-a and -c only
         (
             with_class(H100, zones=["us-central1-a", "us-central1-b"]),
             "gpu_classes[1].zones[1]",
-            "'us-central1-b' does not offer the class's GPUs: nvidia-h100-80gb (h100-80gb) is "
+            "'us-central1-b' does not offer the GPUs of class 'h100-80gb': nvidia-h100-80gb is "
             "offered in us-central1 only in ['us-central1-a', 'us-central1-c']",
         ),
         (
             with_class(H100, zones=None),
             "gpu_classes[1].zones",
-            "not set, so the class's pools span the stack's zones, but nvidia-h100-80gb",
+            "not set, so class 'h100-80gb' spans the stack's zones, but nvidia-h100-80gb",
         ),
         (
             with_class(H100, zones=["us-central1-f"]),
@@ -216,6 +216,90 @@ H100 = 1  # gcp-prod's h100-80gb class, offered in us-central1-a and -c only
 def test_capacity_the_catalog_cannot_back_is_refused(values, path, message):
     (problem,) = problems(values)
     assert problem[0] == path and message in problem[1], problem
+
+
+def with_buffer(**fields) -> dict:
+    """gcp-prod with fields of its buffer pool changed (None drops one)."""
+    values = copy.deepcopy(GCP_PROD)
+    buffer = values["gcp"]["buffer_pool"]
+    for key, value in fields.items():
+        if value is None:
+            buffer.pop(key, None)
+        else:
+            buffer[key] = value
+    return values
+
+
+NIGHT = {"name": "training-night", "recurrence": "0 19 * * 1-5", "nodes_per_zone": 2}
+
+
+@pytest.mark.parametrize(
+    ("values", "path", "message"),
+    [
+        (
+            with_buffer(zones=["us-central1-a", "us-east1-b"]),
+            "gcp.buffer_pool.zones[1]",
+            "'us-east1-b' is not among the stack's zones (zones[] = ['us-central1-a', "
+            "'us-central1-b', 'us-central1-c'])",
+        ),
+        (
+            with_buffer(machine_type="a3-highgpu-8g", zones=["us-central1-a", "us-central1-b"]),
+            "gcp.buffer_pool.zones[1]",
+            "'us-central1-b' does not offer the GPUs of the buffer pool (a3-highgpu-8g): "
+            "nvidia-h100-80gb is offered in us-central1 only in ['us-central1-a', "
+            "'us-central1-c']",
+        ),
+        (
+            with_buffer(machine_type="a3-highgpu-8g", zones=None),
+            "gcp.buffer_pool.zones",
+            "not set, so the buffer pool (a3-highgpu-8g) spans the stack's zones, but "
+            "nvidia-h100-80gb is offered",
+        ),
+        (
+            with_buffer(machine_type="a2-highgpu-4g"),
+            "gcp.buffer_pool.machine_type",
+            "its GPUs (a100 40 GB) are of no class in gpu_classes[].name: add 'a100-40gb'",
+        ),
+        (
+            with_buffer(machine_type="g2-standard-64"),
+            "gcp.buffer_pool.machine_type",
+            "unknown instance type 'g2-standard-64'",
+        ),
+        (
+            with_buffer(schedule=[NIGHT, {**NIGHT, "nodes_per_zone": 0}]),
+            "gcp.buffer_pool.schedule",
+            "schedule action names must be unique; repeated: ['training-night']",
+        ),
+        (
+            with_buffer(schedule=[{**NIGHT, "recurrence": "0 25 * * 1-5"}]),
+            "gcp.buffer_pool.schedule[0].recurrence",
+            "'0 25 * * 1-5': hour '25' is not a value or ascending range within 0-23",
+        ),
+        (
+            with_buffer(schedule=[{**NIGHT, "time_zone": "America/Springfield"}]),
+            "gcp.buffer_pool.schedule[0].time_zone",
+            "'America/Springfield' is not a tz database time zone",
+        ),
+        (
+            with_buffer(schedule=[{**NIGHT, "nodes_per_zone": -1}]),
+            "gcp.buffer_pool.schedule[0].nodes_per_zone",
+            "greater than or equal to 0",
+        ),
+        (
+            with_buffer(schedule=[]),
+            "gcp.buffer_pool.schedule",
+            "at least 1 item",
+        ),
+    ],
+)
+def test_bad_buffer_input_names_its_field(values, path, message):
+    (problem,) = problems(values)
+    assert problem[0] == path and message in problem[1], problem
+
+
+def test_a_cpu_buffer_needs_no_class_and_any_zone_of_the_stack_will_do():
+    config = load_config(with_buffer(machine_type="n2-standard-16", zones=None))
+    assert config.gcp.buffer_pool.pool_zones(config.zones) == config.zones
 
 
 def test_gke_versions_order_and_the_extended_grace_threshold():
@@ -252,4 +336,16 @@ def test_a_bad_stack_stops_the_preview_with_one_line(program_copy):
     assert str(caught.value).splitlines() == [
         "invalid stack config:",
         "  spot-training:zones: zones ['europe-west4-a'] are not zones of region 'us-central1'",
+    ]
+
+
+def test_a_bad_buffer_stops_the_preview_with_one_line(program_copy):
+    values = with_buffer(schedule=[NIGHT, NIGHT])
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program_copy("bad", values), "bad")
+    assert not caught.value.crashed
+    assert str(caught.value).splitlines() == [
+        "invalid stack config:",
+        "  spot-training:gcp.buffer_pool.schedule: schedule action names must be unique; "
+        "repeated: ['training-night']",
     ]

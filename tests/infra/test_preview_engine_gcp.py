@@ -27,6 +27,8 @@ project = gcp.organizations.get_project_output(opts=in_west_invoke)
 gcp.pubsub.Topic("events", labels={"agent": agent.email_address.apply(lambda e: e.split("@")[0]),
                                    "number": project.number}, opts=in_west)
 gcp.kms.KeyRing("default-provider", location="us-central1")
+gcp.cloudscheduler.Job("nightly", name="nightly", schedule="0 19 * * *",
+                       http_target={"uri": "https://example.com/run"}, opts=in_west)
 """
 CONFIG = "config:\n  gcp:project: stack-project\n  gcp:region: us-east1\n"
 
@@ -54,6 +56,13 @@ def test_outputs_follow_the_providers_project_and_region(tmp_path):
     bucket = resources.one("gcp:storage/bucket:Bucket")
     assert bucket.outputs["url"] == f"gs://{bucket.id}"
     assert bucket.outputs["projectNumber"] == project_number("team-west")
+
+
+def test_scheduler_jobs_live_in_the_providers_region_and_start_enabled(tmp_path):
+    job = preview(tmp_path).one("gcp:cloudscheduler/job:Job")
+    assert job.id == "projects/team-west/locations/europe-west4/jobs/nightly"
+    assert job.outputs["region"] == "europe-west4" and job.outputs["project"] == "team-west"
+    assert job.outputs["state"] == "ENABLED" and job.outputs["paused"] is False
 
 
 def test_data_sources_answer_with_the_same_project_number(tmp_path):

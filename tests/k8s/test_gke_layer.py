@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from stack_files import GCP_STACKS, stack_values
 
+from components.catalog import catalog, class_name
 from components.config import load_config
 from components.gcp.computeclass import COMPUTE_CLASS_LABEL
 from components.pools import GPU_CLASS_LABEL, SPOT_TAINT
@@ -33,7 +34,16 @@ def jobs(rendered: Rendered) -> list[dict]:
     return [d for docs in rendered.templates.values() for d in docs if d["kind"] == "Job"]
 
 
-def test_each_class_orders_its_spot_pools_before_its_on_demand_pools(stack, shared_schemas):
+def buffers_of(config, gpu_class: str) -> list:
+    """The stack's buffer pool if it is of this GPU class."""
+    buffer = config.gcp.buffer_pool
+    if buffer is None:
+        return []
+    machine = catalog("gcp").instance_types[buffer.machine_type]
+    return [buffer] if machine.accelerator and class_name(machine.accelerator) == gpu_class else []
+
+
+def test_each_class_orders_its_buffer_then_its_spot_then_its_on_demand_pools(stack, shared_schemas):
     name, resources, rendered = stack
     config = load_config(stack_values(name))
     schema = json.loads((shared_schemas / SCHEMA).read_text())
@@ -51,9 +61,11 @@ def test_each_class_orders_its_spot_pools_before_its_on_demand_pools(stack, shar
         assert spec["whenUnsatisfiable"] == "DoNotScaleUp"
         assert spec["nodePoolAutoCreation"] == {"enabled": False}
         assert spec["activeMigration"] == {"optimizeRulePriority": config.gcp.active_migration}
-        spot, on_demand = (p["nodepools"] for p in spec["priorities"])
+        *buffer, spot, on_demand = (p["nodepools"] for p in spec["priorities"])
         assert len(spot) == len(on_demand) == len(gpu_class.instance_types)
-        for names, is_spot in ((spot, True), (on_demand, False)):
+        # A GPU buffer of the class comes first: its nodes are paid for by the schedule.
+        assert buffer == [[f"buffer-{b.machine_type}"] for b in buffers_of(config, gpu_class.name)]
+        for names, is_spot in [*((b, False) for b in buffer), (spot, True), (on_demand, False)]:
             for pool_name in names:
                 node = pools[pool_name]
                 assert node["spot"] is is_spot

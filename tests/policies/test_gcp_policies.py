@@ -191,6 +191,49 @@ def test_spot_pool_shutdown_grace(violations, case, kubelet, expected):
     ), case
 
 
+BUFFER_CONFIG = {"machineType": "g2-standard-48", "labels": {"node-pool": "buffer"}}
+
+
+@pytest.mark.parametrize(
+    ("case", "inputs", "expected"),
+    [
+        ("compliant: on-demand, fixed", {"nodeConfig": BUFFER_CONFIG, "nodeCount": 0}, []),
+        (
+            "violating: spot",
+            {"nodeConfig": {**BUFFER_CONFIG, "spot": True}},
+            ["runs spot or preemptible nodes"],
+        ),
+        (
+            "violating: autoscaling",
+            {"nodeConfig": BUFFER_CONFIG, "autoscaling": {"totalMaxNodeCount": 4}},
+            ["has autoscaling"],
+        ),
+        (
+            "violating: both",
+            {
+                "nodeConfig": {**BUFFER_CONFIG, "preemptible": True},
+                "autoscaling": {"maxNodeCount": 2},
+            },
+            ["runs spot or preemptible nodes", "has autoscaling"],
+        ),
+        ("missing: no node config, so no buffer label", {"autoscaling": {"maxNodeCount": 2}}, []),
+        (
+            "not the buffer: a spot class pool scales",
+            {
+                "nodeConfig": {"spot": True, "labels": {"node-pool": "l4-24gb-spot"}},
+                "autoscaling": {"totalMaxNodeCount": 4},
+            },
+            [],
+        ),
+    ],
+)
+def test_buffer_pool_is_on_demand_and_fixed(violations, case, inputs, expected):
+    found = violations("gke-buffer-pool-on-demand-fixed", resource(NODE_POOL, "buffer", inputs))
+    assert len(found) == len(expected) and all(
+        e in m for e, m in zip(expected, found, strict=True)
+    ), case
+
+
 def test_shutdown_grace_is_not_a_concern_of_on_demand_pools(violations):
     pool = resource(
         NODE_POOL, "stable", {"nodeConfig": {"kubeletConfig": {"shutdownGracePeriodSeconds": 900}}}
