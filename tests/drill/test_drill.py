@@ -30,6 +30,7 @@ SMALL_DRILL = [
     "--hard-kill-window-s", "1", "3",
     "--on-demand-after-s", "2",
     "--manual-delay-s", str(MANUAL_DELAY_S),
+    "--timeout-s", "300",
 ]  # fmt: skip
 
 
@@ -144,6 +145,7 @@ STOCKOUT_DRILL = [
     "--stockout-s", "0", "6",
     "--final-phase", "0",
     "--baseline-jobs", "0",
+    "--timeout-s", "300",
 ]  # fmt: skip
 
 
