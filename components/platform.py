@@ -13,6 +13,8 @@ from typing import Any
 
 import pulumi
 
+from components.k8s.monitoring import StorageClassSpec
+
 # A cloud's own add-on on the cluster (its node provisioner, say), built by the Kubernetes layer
 # on its provider: called with a resource name and the options to build it with.
 ClusterAddon = Callable[[str, pulumi.ResourceOptions], pulumi.ComponentResource]
@@ -38,6 +40,13 @@ class Platform:
     alert_receiver: dict[str, Any]
     # How late the drain's SIGTERM may follow the notice (the runtime subtracts it).
     notice_lag_seconds: int = 0
+    # Alertmanager receiver settings of the cloud's dead man's switch, which the always-firing
+    # heartbeat alert goes to (AWS: a topic whose silence trips a CloudWatch alarm); None: the
+    # heartbeat goes nowhere.
+    heartbeat_receiver: dict[str, Any] | None = None
+    # The StorageClass the platform creates for Prometheus's volume (AWS: encrypted gp3 through
+    # the EBS CSI driver); None: the cluster's default class.
+    storage_class: StorageClassSpec | None = None
     # What the Kubernetes layer must wait for before it installs anything: the cluster, its
     # add-ons, the stable nodes its Helm releases schedule on, and the cloud identities bound to
     # the service accounts of what it installs.

@@ -213,6 +213,9 @@ class CloudMocks(mocks.Mocks):
             answer = preview_gcp.gcp_invoke(args.token, args.args, *self.gcp_scope(args.provider))
             if answer is not None:
                 return answer
+        if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            # A new account: no GPU vCPUs until a request is granted.
+            return {**args.args, "value": 0.0, "defaultValue": 0.0, "adjustable": True}
         if args.token == "aws:eks/getCluster:getCluster":
             return eks_cluster_state(args.args["name"], region, {})
         return answers.get(args.token, dict(args.args))
@@ -236,7 +239,7 @@ def eks_cluster_state(name: str, region: str, state: dict) -> dict:
         status="ACTIVE",
         platformVersion="eks.1",
     )
-    state.setdefault("version", "1.33")
+    state.setdefault("version", "1.35")
     vpc = state.get("vpcConfig") or {}
     state["vpcConfig"] = {**vpc, "clusterSecurityGroupId": f"sg-{_hex(name + 'sg', 17)}"}
     return state

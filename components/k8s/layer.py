@@ -74,6 +74,8 @@ class KubernetesLayer(pulumi.ComponentResource):
                 receiver=platform.alert_receiver,
                 webhook_url=config.alerts.webhook_url,
                 node_selector=dict(STABLE.node_labels),
+                heartbeat_receiver=platform.heartbeat_receiver,
+                storage_class=platform.storage_class,
             ),
             child,
         )
