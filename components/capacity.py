@@ -40,7 +40,8 @@ MAX_PODS = 29  # kubelet maxPods on GPU nodes: the ENI limit of the smallest GPU
 EVICTION_MIB = 100
 VM_MEMORY_OVERHEAD = 0.075
 # Requests of the DaemonSets on every GPU node (VPC CNI, kube-proxy, the Pod Identity agent, the
-# NVIDIA device plugin, the DCGM exporter, the Prometheus node exporter), with headroom.
+# NVIDIA device plugin, the CloudWatch agent and its DCGM exporter, the Prometheus node exporter),
+# with headroom.
 DAEMONSET_MILLICPU = 500
 DAEMONSET_MIB = 1024
 # GKE's kube-reserved memory (cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes):

@@ -60,11 +60,11 @@ class Platform:
     team_role_bindings: Mapping[str, Mapping[str, list[dict]]] = field(default_factory=dict)
     # Annotations every training pod carries, e.g. the provisioner's "never move a running pod".
     training_pod_annotations: dict[str, str] = field(default_factory=dict)
-    # Whether the Kubernetes layer installs the NVIDIA device plugin and the DCGM exporter (GKE
-    # brings its own: the plugin with its GPU driver installation, DCGM metrics as a managed
-    # monitoring component).
+    # Whether the Kubernetes layer installs the NVIDIA device plugin (GKE brings its own, with its
+    # GPU driver installation). GPU utilisation comes from each cloud's own DCGM exporter, one per
+    # GPU node (EKS: the CloudWatch observability add-on's; GKE: its managed DCGM metrics), and
+    # feeds its GpuIdleHigh alarm.
     needs_device_plugin: bool = True
-    needs_dcgm_exporter: bool = True
     # The node label (and taint key) by which pods select a GPU class's node class, valued with
     # the class name, where the cloud orders spot before on-demand that way (GKE's ComputeClass).
     compute_class_label: str | None = None

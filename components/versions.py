@@ -128,20 +128,12 @@ NVIDIA_DEVICE_PLUGIN = Chart(
     repository="https://nvidia.github.io/k8s-device-plugin",
     namespace="kube-system",
 )
-DCGM_EXPORTER = Chart(
-    name="dcgm-exporter",
-    version="4.1.3",
-    chart="dcgm-exporter",
-    repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
-    namespace="kube-system",
-)
 CHARTS = (
     KUBE_PROMETHEUS_STACK,
     KUEUE,
     KARPENTER_CRD,
     KARPENTER,
     NVIDIA_DEVICE_PLUGIN,
-    DCGM_EXPORTER,
 )
 
 # GKE: the lowest control-plane version a new cluster asks for and its release channel (the

@@ -21,6 +21,7 @@ from components.aws.iam import (
     TeamEngineers,
     TeamTrainingRole,
     TeamTrainingRoleArgs,
+    missing_principals,
 )
 from components.aws.interruption import InterruptionQueue, InterruptionQueueArgs
 from components.aws.karpenter import (
@@ -135,6 +136,13 @@ def build_aws(settings: StackConfig) -> Platform:
         )
         for team in settings.teams
     }
+    problems = missing_principals(
+        settings.trusted_principals(),
+        aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider)).account_id,
+        provider,
+    )
+    if problems:
+        raise ConfigError(problems)
     principals = aws_config.principals
     roles = PlatformRoles(
         f"{env}-roles",
@@ -259,9 +267,6 @@ def build_aws(settings: StackConfig) -> Platform:
             # policy may use.
             parameters={"type": "gp3", "encrypted": "true"},
         ),
-        # One DCGM exporter per GPU node: the CloudWatch observability add-on's, which feeds the
-        # GpuIdleHigh alarm (Container Insights' node_gpu_utilization).
-        needs_dcgm_exporter=False,
         # Pods get a Pod Identity role only if its association exists when they start: the
         # Karpenter controller's and Alertmanager's come first.
         ready=[*ready, karpenter_identity, observability],

@@ -87,10 +87,7 @@ class KubernetesLayer(pulumi.ComponentResource):
         ]
         GpuAgents(
             f"{name}-gpus",
-            GpuAgentsArgs(
-                device_plugin=platform.needs_device_plugin,
-                dcgm_exporter=platform.needs_dcgm_exporter,
-            ),
+            GpuAgentsArgs(device_plugin=platform.needs_device_plugin),
             pulumi.ResourceOptions(parent=self, depends_on=[monitoring.release, *addons]),
         )
         Priorities(f"{name}-priorities", PrioritiesArgs(), child)
