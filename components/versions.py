@@ -85,7 +85,7 @@ UPGRADE_SUPPORT_TYPE = "EXTENDED"
 
 # Karpenter's alias of the NVIDIA-capable EKS AMI of the GPU nodes (the default of
 # `aws.gpu_ami.alias`), pinned: a new AMI is rolled out by changing it, never by surprise.
-GPU_AMI_ALIAS = "al2023@v20260520"
+GPU_AMI_ALIAS = "al2023@v20260903"
 
 KUBE_PROMETHEUS_STACK = Chart(
     name="kube-prometheus-stack",
