@@ -56,6 +56,18 @@ def build_aws(settings: StackConfig) -> Platform:
     account_id = aws.get_caller_identity_output(
         opts=pulumi.InvokeOutputOptions(provider=provider)
     ).account_id
+    # Checks against the account, before any resource: a refused stack creates nothing.
+    requested = requested_vcpus(
+        {"spot": aws_config.spot_gpu_quota, "on-demand": aws_config.on_demand_gpu_quota}
+    )
+    current = current_vcpus(sorted({*requested, *starting_gpu_vcpus(settings)}), provider)
+    problems = creation_problems(settings, current) + missing_principals(
+        settings.trusted_principals(),
+        aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider)).account_id,
+        provider,
+    )
+    if problems:
+        raise ConfigError(problems)
 
     cluster = Cluster(
         env,
@@ -136,13 +148,6 @@ def build_aws(settings: StackConfig) -> Platform:
         )
         for team in settings.teams
     }
-    problems = missing_principals(
-        settings.trusted_principals(),
-        aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider)).account_id,
-        provider,
-    )
-    if problems:
-        raise ConfigError(problems)
     principals = aws_config.principals
     roles = PlatformRoles(
         f"{env}-roles",
@@ -168,13 +173,6 @@ def build_aws(settings: StackConfig) -> Platform:
         ImageRepositoryArgs(repository_name=f"{aws_config.cluster.name}/trainer", tags=tags),
         opts=opts,
     )
-    requested = requested_vcpus(
-        {"spot": aws_config.spot_gpu_quota, "on-demand": aws_config.on_demand_gpu_quota}
-    )
-    current = current_vcpus(sorted({*requested, *starting_gpu_vcpus(settings)}), provider)
-    problems = creation_problems(settings, current)
-    if problems:
-        raise ConfigError(problems)
     GpuQuotas(f"{env}-gpu-quotas", GpuQuotasArgs(vcpus=requested, current=current), opts=opts)
     interruption = InterruptionQueue(
         f"{env}-interruptions", InterruptionQueueArgs(tags=tags), opts=opts
