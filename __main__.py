@@ -46,4 +46,8 @@ def read_stack_config() -> StackConfig:
 
 
 settings = read_stack_config()
-build_kubernetes(settings, BUILDERS[settings.cloud](settings))
+try:
+    platform = BUILDERS[settings.cloud](settings)
+except ConfigError as exc:  # a check against the account, e.g. its quotas now
+    raise pulumi.RunError(str(ConfigError(exc.problems, pulumi.Config().name))) from None
+build_kubernetes(settings, platform)

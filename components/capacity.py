@@ -10,7 +10,9 @@
 - the teams' quotas of a class fit in its pools' limits, and the pools' limits in the requested
   service quotas (vCPUs per instance family, spot and on-demand);
 - every Job template's pod fits at least one instance type of its class, after what the node
-  keeps for itself.
+  keeps for itself;
+- what the first `pulumi up` launches fits the quotas the account has before any request is
+  granted (`creation_problems`, given the quotas read from the account).
 
 A check that spans two fields reports at the one that asks for capacity (a quota, a template)
 and names the one that provides it in its message.
@@ -38,7 +40,8 @@ MAX_PODS = 29  # kubelet maxPods on GPU nodes: the ENI limit of the smallest GPU
 EVICTION_MIB = 100
 VM_MEMORY_OVERHEAD = 0.075
 # Requests of the DaemonSets on every GPU node (VPC CNI, kube-proxy, the Pod Identity agent, the
-# NVIDIA device plugin, the DCGM exporter, the Prometheus node exporter), with headroom.
+# NVIDIA device plugin, the CloudWatch agent and its DCGM exporter, the Prometheus node exporter),
+# with headroom.
 DAEMONSET_MILLICPU = 500
 DAEMONSET_MIB = 1024
 # GKE's kube-reserved memory (cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes):
@@ -479,6 +482,40 @@ def _service_quota_problems(config: StackConfig, classes: dict, known: Catalog) 
                         else f"only {requested} are requested"
                     )
                     + f"; request at least {need}",
+                )
+            )
+    return problems
+
+
+def starting_gpu_vcpus(config: StackConfig) -> dict[tuple[str, str], int]:
+    """GPU vCPUs that exist as soon as `pulumi up` creates the pools, by (capacity, family)
+    quota: a GPU buffer's desired size (Karpenter's GPU nodes start at zero, launched for runs)."""
+    buffer = config.aws.pools.buffer if config.aws is not None else None
+    if buffer is None:
+        return {}
+    types = [catalog("aws").instance_types[name] for name in buffer.instance_types]
+    family = types[0].name[0]
+    if not types[0].gpus or family not in QUOTA_FAMILIES or not buffer.desired_size:
+        return {}
+    return {("on-demand", f"{family}-family"): buffer.desired_size * max(t.vcpus for t in types)}
+
+
+def creation_problems(config: StackConfig, current: dict[tuple[str, str], int]) -> list[Problem]:
+    """What the first `pulumi up` launches against the account's quotas now (`current`, read
+    from the account): the requests that run files are not granted yet, so a node group that
+    starts above them fails to create."""
+    problems = []
+    for (capacity, family), vcpus in starting_gpu_vcpus(config).items():
+        allowed = current[(capacity, family)]
+        if vcpus > allowed:
+            size = config.aws.pools.buffer.desired_size
+            problems.append(
+                (
+                    "aws.pools.buffer.desired_size",
+                    f"{size} GPU nodes at creation need {vcpus} {family[0].upper()}-family "
+                    f"{capacity} vCPUs, but the account's quota allows {allowed}"
+                    " now and the request this `pulumi up` files is not granted yet; start the "
+                    "buffer at 0 (its schedule grows it once the quota is granted)",
                 )
             )
     return problems

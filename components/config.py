@@ -47,7 +47,11 @@ from components.versions import (
 # Object-key prefix: slash-separated segments, no leading/trailing slash, no wildcards.
 KEY_PREFIX = r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
-IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(root|role/.+|user/.+|assumed-role/.+)$"
+# An IAM role or user (with an optional path): what a trust policy can name and IAM checks
+# exists. Account roots, groups and assumed-role sessions are refused.
+IAM_ROLE_OR_USER_ARN = (
+    r"^arn:aws[a-z-]*:iam::(\d{12}):(role|user)/([\w+=,.@-]+/)*([\w+=,.@-]{1,64})$"
+)
 TAG_KEY = r"^[A-Za-z0-9 _.:/=+@-]{1,128}$"
 HTTPS_URL = r"^https://[A-Za-z0-9.-]+(:\d+)?(/\S*)?$"
 # The environment whose alerts page people: its links must lead somewhere.
@@ -55,6 +59,20 @@ PRODUCTION = "prod"
 
 # Labels pydantic adds to error locations, e.g. "function-after[_check(), Pool]".
 PYDANTIC_LABEL = re.compile(r"^(function-[a-z]+|[a-z]+-union|tagged-union)\[")
+
+
+def _role_or_user(arn: str) -> str:
+    if not re.fullmatch(IAM_ROLE_OR_USER_ARN, arn):
+        raise ValueError(
+            f"{arn!r} is not an IAM role or user ARN like "
+            "'arn:aws:iam::123456789012:role/PlatformAdmins' (a trust policy may name only a "
+            "role or user that exists)"
+        )
+    return arn
+
+
+PrincipalArn = Annotated[str, AfterValidator(_role_or_user)]
+PrincipalArns = list[PrincipalArn]
 
 
 class ClassQuota(Model):
@@ -82,7 +100,7 @@ class Team(Model):
         pattern=DNS_LABEL,
         description="Service account of the team's training pods, bound to its training role.",
     )
-    engineers: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = Field(
+    engineers: PrincipalArns = Field(
         default_factory=list,
         description="Principals that may assume the team's ml-engineer role: edit rights in the "
         "team's namespace only.",
@@ -333,12 +351,10 @@ class GpuAmi(Model):
     )
 
 
-PrincipalArns = list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]]
-
-
 class Principals(Model):
-    """IAM principals allowed to assume each platform role (ml-engineer roles are per team:
-    `teams[].engineers`)."""
+    """IAM roles or users allowed to assume each platform role (ml-engineer roles are per team:
+    `teams[].engineers`). They must exist before `pulumi up`: IAM refuses a trust policy that
+    names one that does not, and the preview looks up those of the deploying account."""
 
     platform_admin: PrincipalArns = Field(
         min_length=1,
@@ -530,6 +546,19 @@ class StackConfig(Model):
     aws: AwsConfig | None = Field(default=None, validate_default=True)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     gcp: GcpConfig | None = Field(default=None, validate_default=True)
+
+    def trusted_principals(self) -> list[tuple[str, str]]:
+        """(config path, ARN) of every person the stack's AWS roles trust."""
+        found = [
+            (f"teams[{t}].engineers[{i}]", arn)
+            for t, team in enumerate(self.teams)
+            for i, arn in enumerate(team.engineers)
+        ]
+        if self.aws is not None:
+            for field_name in Principals.model_fields:
+                arns = getattr(self.aws.principals, field_name)
+                found += [(f"aws.principals.{field_name}[{i}]", a) for i, a in enumerate(arns)]
+        return found
 
     # Fields validate in declaration order, so each check below sees the fields above it.
     @field_validator("region")

@@ -13,6 +13,8 @@ from typing import Any
 
 import pulumi
 
+from components.k8s.monitoring import StorageClassSpec
+
 # A cloud's own add-on on the cluster (its node provisioner, say), built by the Kubernetes layer
 # on its provider: called with a resource name and the options to build it with.
 ClusterAddon = Callable[[str, pulumi.ResourceOptions], pulumi.ComponentResource]
@@ -38,6 +40,13 @@ class Platform:
     alert_receiver: dict[str, Any]
     # How late the drain's SIGTERM may follow the notice (the runtime subtracts it).
     notice_lag_seconds: int = 0
+    # Alertmanager receiver settings of the cloud's dead man's switch, which the always-firing
+    # heartbeat alert goes to (AWS: a topic whose silence trips a CloudWatch alarm); None: the
+    # heartbeat goes nowhere.
+    heartbeat_receiver: dict[str, Any] | None = None
+    # The StorageClass the platform creates for Prometheus's volume (AWS: encrypted gp3 through
+    # the EBS CSI driver); None: the cluster's default class.
+    storage_class: StorageClassSpec | None = None
     # What the Kubernetes layer must wait for before it installs anything: the cluster, its
     # add-ons, the stable nodes its Helm releases schedule on, and the cloud identities bound to
     # the service accounts of what it installs.
@@ -51,11 +60,11 @@ class Platform:
     team_role_bindings: Mapping[str, Mapping[str, list[dict]]] = field(default_factory=dict)
     # Annotations every training pod carries, e.g. the provisioner's "never move a running pod".
     training_pod_annotations: dict[str, str] = field(default_factory=dict)
-    # Whether the Kubernetes layer installs the NVIDIA device plugin and the DCGM exporter (GKE
-    # brings its own: the plugin with its GPU driver installation, DCGM metrics as a managed
-    # monitoring component).
+    # Whether the Kubernetes layer installs the NVIDIA device plugin (GKE brings its own, with its
+    # GPU driver installation). GPU utilisation comes from each cloud's own DCGM exporter, one per
+    # GPU node (EKS: the CloudWatch observability add-on's; GKE: its managed DCGM metrics), and
+    # feeds its GpuIdleHigh alarm.
     needs_device_plugin: bool = True
-    needs_dcgm_exporter: bool = True
     # The node label (and taint key) by which pods select a GPU class's node class, valued with
     # the class name, where the cloud orders spot before on-demand that way (GKE's ComputeClass).
     compute_class_label: str | None = None

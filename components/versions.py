@@ -58,32 +58,34 @@ ADDON_NAMESPACES = {
     "coredns": "kube-system",
     "eks-pod-identity-agent": "kube-system",
     "amazon-cloudwatch-observability": "amazon-cloudwatch",
+    "aws-ebs-csi-driver": "kube-system",
 }
 
 # Kubernetes minor versions a stack may run, newest last. During an upgrade both the old and the
 # new minor are listed, so dev can move first (docs/deploy.md, "Upgrading Kubernetes").
 KUBERNETES_RELEASES = {
-    "1.33": KubernetesRelease(
-        version="1.33",
-        standard_support_ends=date(2026, 7, 29),
-        extended_support_ends=date(2027, 7, 29),
+    "1.35": KubernetesRelease(
+        version="1.35",
+        standard_support_ends=date(2027, 3, 27),
+        extended_support_ends=date(2028, 3, 27),
         addons={
-            "vpc-cni": "v1.19.5-eksbuild.1",
-            "kube-proxy": "v1.33.0-eksbuild.2",
-            "coredns": "v1.12.1-eksbuild.2",
+            "vpc-cni": "v1.20.1-eksbuild.3",
+            "kube-proxy": "v1.35.3-eksbuild.2",
+            "coredns": "v1.14.2-eksbuild.4",
             "eks-pod-identity-agent": "v1.3.7-eksbuild.2",
             "amazon-cloudwatch-observability": "v4.1.0-eksbuild.1",
+            "aws-ebs-csi-driver": "v1.59.0-eksbuild.1",
         },
     ),
 }
-KUBERNETES_VERSION = "1.33"  # what a new cluster runs unless its stack names another listed minor
+KUBERNETES_VERSION = "1.35"  # what a new cluster runs unless its stack names another listed minor
 # EXTENDED: EKS never upgrades the control plane on its own when standard support ends (it would
 # leave the node groups a minor behind); upgrades happen here, on the team's schedule.
 UPGRADE_SUPPORT_TYPE = "EXTENDED"
 
 # Karpenter's alias of the NVIDIA-capable EKS AMI of the GPU nodes (the default of
 # `aws.gpu_ami.alias`), pinned: a new AMI is rolled out by changing it, never by surprise.
-GPU_AMI_ALIAS = "al2023@v20251029"
+GPU_AMI_ALIAS = "al2023@v20260903"
 
 KUBE_PROMETHEUS_STACK = Chart(
     name="kube-prometheus-stack",
@@ -126,20 +128,12 @@ NVIDIA_DEVICE_PLUGIN = Chart(
     repository="https://nvidia.github.io/k8s-device-plugin",
     namespace="kube-system",
 )
-DCGM_EXPORTER = Chart(
-    name="dcgm-exporter",
-    version="4.1.3",
-    chart="dcgm-exporter",
-    repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
-    namespace="kube-system",
-)
 CHARTS = (
     KUBE_PROMETHEUS_STACK,
     KUEUE,
     KARPENTER_CRD,
     KARPENTER,
     NVIDIA_DEVICE_PLUGIN,
-    DCGM_EXPORTER,
 )
 
 # GKE: the lowest control-plane version a new cluster asks for and its release channel (the

@@ -35,6 +35,8 @@ from pulumi.runtime.sync_await import _sync_await
 from spotctl import preview_gcp
 
 ACCOUNT_ID = "123456789012"
+# Lookups that find nothing in the new, empty account a preview stands for.
+MISSING_IN_AN_EMPTY_ACCOUNT = ("aws:iam/getRole:getRole", "aws:iam/getUser:getUser")
 DEFAULT_REGION = "us-east-1"
 
 
@@ -213,6 +215,15 @@ class CloudMocks(mocks.Mocks):
             answer = preview_gcp.gcp_invoke(args.token, args.args, *self.gcp_scope(args.provider))
             if answer is not None:
                 return answer
+        if args.token in MISSING_IN_AN_EMPTY_ACCOUNT:
+            # IAM's answer for a role or user that does not exist, as the provider fails it.
+            kind = args.token.rsplit(":", 1)[1].removeprefix("get").lower()
+            field = "name" if kind == "role" else "userName"
+            reason = f"NoSuchEntity: The {kind} with name {args.args.get(field)} cannot be found."
+            return {}, [(field, reason)]
+        if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            # A new account: no GPU vCPUs until a request is granted.
+            return {**args.args, "value": 0.0, "defaultValue": 0.0, "adjustable": True}
         if args.token == "aws:eks/getCluster:getCluster":
             return eks_cluster_state(args.args["name"], region, {})
         return answers.get(args.token, dict(args.args))
@@ -236,7 +247,7 @@ def eks_cluster_state(name: str, region: str, state: dict) -> dict:
         status="ACTIVE",
         platformVersion="eks.1",
     )
-    state.setdefault("version", "1.33")
+    state.setdefault("version", "1.35")
     vpc = state.get("vpcConfig") or {}
     state["vpcConfig"] = {**vpc, "clusterSecurityGroupId": f"sg-{_hex(name + 'sg', 17)}"}
     return state

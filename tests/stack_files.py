@@ -8,7 +8,6 @@ import yaml
 
 from components.versions import (
     CHARTS,
-    DCGM_EXPORTER,
     KARPENTER,
     KARPENTER_CRD,
     NVIDIA_DEVICE_PLUGIN,
@@ -33,9 +32,9 @@ GCP_STACKS = [stack for stack in STACKS if _cloud(stack) == "gcp"]
 
 
 def charts_of(cloud: str) -> set[str]:
-    """The charts a stack of the cloud installs: on GKE, no Karpenter, and the device plugin and
-    DCGM come with GKE's GPU nodes."""
+    """The charts a stack of the cloud installs: on GKE, no Karpenter, and the device plugin comes
+    with GKE's GPU nodes."""
     charts = {chart.name for chart in CHARTS}
     if cloud == "gcp":
-        charts -= {c.name for c in (KARPENTER_CRD, KARPENTER, NVIDIA_DEVICE_PLUGIN, DCGM_EXPORTER)}
+        charts -= {c.name for c in (KARPENTER_CRD, KARPENTER, NVIDIA_DEVICE_PLUGIN)}
     return charts

@@ -9,6 +9,7 @@ line of defence against a bad retention run or a zombie writer).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import pulumi
@@ -48,6 +49,39 @@ READ_AND_RESTORE_ACTIONS = [
     "s3:GetLifecycleConfiguration",
     "s3:GetEncryptionConfiguration",
 ]
+
+
+def missing_principals(
+    principals: list[tuple[str, str]], account_id: str, provider: pulumi.ProviderResource
+) -> list[tuple[str, str]]:
+    """(config path, problem) for each principal of the deploying account that IAM does not
+    know: a data lookup per role or user (`aws iam get-role` / `get-user`), so that the preview
+    stops with the field instead of `pulumi up` failing on "Invalid principal in policy". Those
+    of other accounts cannot be looked up from here: docs/deploy.md, section 1, checks them."""
+    options = pulumi.InvokeOptions(provider=provider)
+    problems = []
+    for path, arn in principals:
+        account, kind, name = re.fullmatch(
+            r"arn:[^:]+:iam::(\d+):(role|user)/(?:.*/)?(.+)", arn
+        ).groups()
+        if account != account_id:
+            continue
+        try:
+            if kind == "role":
+                aws.iam.get_role(name=name, opts=options)
+            else:
+                aws.iam.get_user(user_name=name, opts=options)
+        except Exception as exc:  # noqa: BLE001 - the lookup's own error, shown on one line
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            reason = re.sub(r"^invoke of \S+ failed: ", "", lines[-1])
+            problems.append(
+                (
+                    path,
+                    f"no {kind} {name!r} in account {account} ({reason}); IAM refuses a trust "
+                    "policy naming it: create it first, or name an existing one",
+                )
+            )
+    return problems
 
 
 def _trust(principal: dict, condition: dict | None = None) -> dict:

@@ -3,6 +3,12 @@
 The topic is encrypted with a key of its own whose policy lets CloudWatch publish (the
 AWS-managed SNS key does not), and it is where Alertmanager delivers too, through a role bound
 to its service account. Every alarm names its runbook.
+
+The dead man's switch lives outside the cluster: Alertmanager publishes its always-firing
+heartbeat (Watchdog) every minute to a topic of its own, SNS counts what is published to it
+(`NumberOfMessagesPublished`, published only while messages arrive), and an alarm that treats
+a missing count as breaching pages through the alert topic once the heartbeat has been silent
+for HEARTBEAT_SILENCE_MINUTES: Prometheus, Alertmanager, their nodes or the delivery path down.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ import pulumi_aws as aws
 from components.aws.iam import PodIdentity, pod_identity_role
 
 RUNBOOKS = "runbooks/aws"  # below the runbook base URL
+HEARTBEAT_ALARM = "AlertmanagerHeartbeatMissing"
+HEARTBEAT_PERIOD_SECONDS = 300  # SNS publishes its topic metrics in 5-minute periods
+HEARTBEAT_SILENCE_MINUTES = 15
 
 
 @dataclass(frozen=True)
@@ -70,23 +79,11 @@ def alert_key_policy(account_id: str) -> dict:
     }
 
 
-def alert_topic_policy(topic_arn: str, account_id: str, region: str) -> dict:
-    """This account's alarms may publish; nothing may talk to the topic without TLS."""
-    alarms = f"arn:aws:cloudwatch:{region}:{account_id}:alarm:*"
+def tls_only_topic_policy(topic_arn: str) -> dict:
+    """Nothing may talk to the topic without TLS."""
     return {
         "Version": "2012-10-17",
         "Statement": [
-            {
-                "Sid": "CloudWatchAlarmsPublish",
-                "Effect": "Allow",
-                "Principal": {"Service": "cloudwatch.amazonaws.com"},
-                "Action": "sns:Publish",
-                "Resource": topic_arn,
-                "Condition": {
-                    "ArnLike": {"aws:SourceArn": alarms},
-                    "StringEquals": {"aws:SourceAccount": account_id},
-                },
-            },
             {
                 "Sid": "DenyInsecureTransport",
                 "Effect": "Deny",
@@ -99,8 +96,30 @@ def alert_topic_policy(topic_arn: str, account_id: str, region: str) -> dict:
     }
 
 
+def alert_topic_policy(topic_arn: str, account_id: str, region: str) -> dict:
+    """This account's alarms may publish; nothing may talk to the topic without TLS."""
+    alarms = f"arn:aws:cloudwatch:{region}:{account_id}:alarm:*"
+    policy = tls_only_topic_policy(topic_arn)
+    policy["Statement"].insert(
+        0,
+        {
+            "Sid": "CloudWatchAlarmsPublish",
+            "Effect": "Allow",
+            "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": "sns:Publish",
+            "Resource": topic_arn,
+            "Condition": {
+                "ArnLike": {"aws:SourceArn": alarms},
+                "StringEquals": {"aws:SourceAccount": account_id},
+            },
+        },
+    )
+    return policy
+
+
 class Observability(pulumi.ComponentResource):
     topic_arn: pulumi.Output[str]
+    heartbeat_topic_arn: pulumi.Output[str]
     dashboard_name: pulumi.Output[str]
 
     def __init__(
@@ -130,6 +149,16 @@ class Observability(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # Nobody subscribes: only its message count matters.
+        heartbeat = aws.sns.Topic(
+            f"{name}-heartbeat", kms_master_key_id=key.arn, tags=args.tags, opts=child
+        )
+        aws.sns.TopicPolicy(
+            f"{name}-heartbeat-policy",
+            arn=heartbeat.arn,
+            policy=heartbeat.arn.apply(lambda arn: json.dumps(tls_only_topic_policy(arn))),
+            opts=child,
+        )
         for index, email in enumerate(args.emails):
             aws.sns.TopicSubscription(
                 f"{name}-alerts-{index}",
@@ -147,10 +176,10 @@ class Observability(pulumi.ComponentResource):
                         "Version": "2012-10-17",
                         "Statement": [
                             {
-                                "Sid": "PublishAlerts",
+                                "Sid": "PublishAlertsAndHeartbeat",
                                 "Effect": "Allow",
                                 "Action": "sns:Publish",
-                                "Resource": topic.arn,
+                                "Resource": [topic.arn, heartbeat.arn],
                             },
                             {
                                 "Sid": "UseAlertKey",
@@ -202,6 +231,19 @@ class Observability(pulumi.ComponentResource):
                 "why": f"GPUs sat more than {args.gpu_idle_percent}% idle for three hours",
             },
         }
+        alarms[HEARTBEAT_ALARM] = {
+            "namespace": "AWS/SNS",
+            "metric_name": "NumberOfMessagesPublished",
+            "dimensions": {"TopicName": heartbeat.name},
+            "statistic": "Sum",
+            "period": HEARTBEAT_PERIOD_SECONDS,
+            "evaluation_periods": HEARTBEAT_SILENCE_MINUTES * 60 // HEARTBEAT_PERIOD_SECONDS,
+            "threshold": 1,
+            "comparison_operator": "LessThanThreshold",
+            # No message, no data point: silence is the failure this alarm exists for.
+            "treat_missing_data": "breaching",
+            "why": "Alertmanager's heartbeat stopped arriving: in-cluster alerts may reach no one",
+        }
         runbooks = f"{args.runbook_base_url.rstrip('/')}/{RUNBOOKS}"
         for alarm_name, spec in alarms.items():
             why = spec.pop("why")
@@ -221,7 +263,14 @@ class Observability(pulumi.ComponentResource):
             opts=child,
         )
         self.topic_arn, self.dashboard_name = topic.arn, dashboard.dashboard_name
-        self.register_outputs({"topic_arn": self.topic_arn, "dashboard_name": self.dashboard_name})
+        self.heartbeat_topic_arn = heartbeat.arn
+        self.register_outputs(
+            {
+                "topic_arn": self.topic_arn,
+                "heartbeat_topic_arn": self.heartbeat_topic_arn,
+                "dashboard_name": self.dashboard_name,
+            }
+        )
 
 
 def dashboard_body(args: ObservabilityArgs) -> dict:

@@ -21,6 +21,7 @@ from components.aws.iam import (
     TeamEngineers,
     TeamTrainingRole,
     TeamTrainingRoleArgs,
+    missing_principals,
 )
 from components.aws.interruption import InterruptionQueue, InterruptionQueueArgs
 from components.aws.karpenter import (
@@ -32,10 +33,11 @@ from components.aws.karpenter import (
 )
 from components.aws.nodepools import ManagedNodeGroupPool, ManagedNodeGroupPoolArgs
 from components.aws.observability import Observability, ObservabilityArgs
-from components.aws.quotas import GpuQuotas, GpuQuotasArgs
+from components.aws.quotas import GpuQuotas, GpuQuotasArgs, current_vcpus
 from components.aws.registry import ImageRepository, ImageRepositoryArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
-from components.config import NOTICE_SOURCES, GpuVcpuQuota, StackConfig
+from components.capacity import creation_problems, starting_gpu_vcpus
+from components.config import NOTICE_SOURCES, ConfigError, GpuVcpuQuota, StackConfig
 from components.k8s import monitoring
 from components.platform import Platform
 from components.pools import CAPACITIES, class_pools, pool_specs
@@ -54,6 +56,18 @@ def build_aws(settings: StackConfig) -> Platform:
     account_id = aws.get_caller_identity_output(
         opts=pulumi.InvokeOutputOptions(provider=provider)
     ).account_id
+    # Checks against the account, before any resource: a refused stack creates nothing.
+    requested = requested_vcpus(
+        {"spot": aws_config.spot_gpu_quota, "on-demand": aws_config.on_demand_gpu_quota}
+    )
+    current = current_vcpus(sorted({*requested, *starting_gpu_vcpus(settings)}), provider)
+    problems = creation_problems(settings, current) + missing_principals(
+        settings.trusted_principals(),
+        aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider)).account_id,
+        provider,
+    )
+    if problems:
+        raise ConfigError(problems)
 
     cluster = Cluster(
         env,
@@ -95,6 +109,7 @@ def build_aws(settings: StackConfig) -> Platform:
                     cluster_name=cluster.name,
                     release=KUBERNETES_RELEASES[create.version],
                     names=NODE_ADDONS,
+                    cluster_arn=cluster.arn,
                     tags=tags,
                 ),
                 opts=pulumi.ResourceOptions(providers=[provider], depends_on=[pools["stable"]]),
@@ -158,15 +173,7 @@ def build_aws(settings: StackConfig) -> Platform:
         ImageRepositoryArgs(repository_name=f"{aws_config.cluster.name}/trainer", tags=tags),
         opts=opts,
     )
-    GpuQuotas(
-        f"{env}-gpu-quotas",
-        GpuQuotasArgs(
-            vcpus=requested_vcpus(
-                {"spot": aws_config.spot_gpu_quota, "on-demand": aws_config.on_demand_gpu_quota}
-            )
-        ),
-        opts=opts,
-    )
+    GpuQuotas(f"{env}-gpu-quotas", GpuQuotasArgs(vcpus=requested, current=current), opts=opts)
     interruption = InterruptionQueue(
         f"{env}-interruptions", InterruptionQueueArgs(tags=tags), opts=opts
     )
@@ -249,21 +256,31 @@ def build_aws(settings: StackConfig) -> Platform:
         notice_sources=NOTICE_SOURCES["aws"],
         notice_lag_seconds=settings.kubernetes.notice_lag_for("aws"),
         image_repository=repository.url,
-        alert_receiver={
-            "sns_configs": [
-                {
-                    "topic_arn": observability.topic_arn,
-                    "sigv4": {"region": settings.region},
-                    "send_resolved": True,
-                }
-            ]
-        },
+        alert_receiver=sns_receiver(observability.topic_arn, settings.region),
+        heartbeat_receiver=sns_receiver(observability.heartbeat_topic_arn, settings.region),
+        storage_class=monitoring.StorageClassSpec(
+            name="gp3-encrypted",
+            provisioner="ebs.csi.aws.com",
+            # Encrypted with the account's EBS key (aws/ebs), which the driver's managed
+            # policy may use.
+            parameters={"type": "gp3", "encrypted": "true"},
+        ),
         # Pods get a Pod Identity role only if its association exists when they start: the
         # Karpenter controller's and Alertmanager's come first.
         ready=[*ready, karpenter_identity, observability],
         addons={"karpenter": lambda name, opts: Karpenter(name, karpenter, opts)},
         training_pod_annotations=DO_NOT_DISRUPT,
     )
+
+
+def sns_receiver(topic_arn: pulumi.Input[str], region: str) -> dict:
+    """Alertmanager receiver settings that publish to an SNS topic, signed with the role bound to
+    Alertmanager's service account."""
+    return {
+        "sns_configs": [
+            {"topic_arn": topic_arn, "sigv4": {"region": region}, "send_resolved": True}
+        ]
+    }
 
 
 def requested_vcpus(quotas: dict[str, GpuVcpuQuota]) -> dict[tuple[str, str], int]:

@@ -1,5 +1,15 @@
 """EC2 Service Quotas requests for GPU vCPUs, spot and on-demand: the ceiling every GPU pool runs
-into first. `components.capacity` checks that they cover what the pools may launch."""
+into first. `components.capacity` checks that they cover what the pools may launch.
+
+Each quota is read first (`current_vcpus`: the account's applied value, or AWS's default where
+none is applied), and a request is filed at most once, for more than that. pulumi-aws's
+ServiceQuota (the Terraform provider's `aws_servicequotas_service_quota`) refuses, at creation, a
+value below the current one; and once a request closes with less than was asked (a partial
+grant), it reads the granted value back, sees a difference and requests again on every
+`pulumi up`. So the value it gets is never below the current one, and later differences are
+ignored: asking for more later is a deliberate `pulumi up --replace` of that quota
+(docs/deploy.md, section 6).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+SERVICE = "ec2"
 # EC2 quota codes by (capacity, instance family group); the quotas count vCPUs.
 QUOTA_CODES = {
     ("spot", "p-family"): "L-7212CCBC",  # All P Spot Instance Requests
@@ -15,12 +26,29 @@ QUOTA_CODES = {
     ("on-demand", "p-family"): "L-417A185B",  # Running On-Demand P instances
     ("on-demand", "g-family"): "L-DB2E81BA",  # Running On-Demand G and VT instances
 }
+Quota = tuple[str, str]  # (capacity, family)
+
+
+def current_vcpus(quotas: list[Quota], provider: pulumi.ProviderResource) -> dict[Quota, int]:
+    """The vCPUs each quota allows the account now: a data lookup, answered during the preview,
+    so that what the first `pulumi up` creates can be checked against it."""
+    options = pulumi.InvokeOptions(provider=provider)
+    return {
+        quota: int(
+            aws.servicequotas.get_service_quota(
+                service_code=SERVICE, quota_code=QUOTA_CODES[quota], opts=options
+            ).value
+        )
+        for quota in quotas
+    }
 
 
 @dataclass(frozen=True)
 class GpuQuotasArgs:
     # (capacity, family) -> vCPUs to request; absent: leave the account's value as it is.
-    vcpus: dict[tuple[str, str], int] = field(default_factory=dict)
+    vcpus: dict[Quota, int] = field(default_factory=dict)
+    # (capacity, family) -> vCPUs the account has now (`current_vcpus`), for each requested one.
+    current: dict[Quota, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for key, value in self.vcpus.items():
@@ -28,6 +56,8 @@ class GpuQuotasArgs:
                 raise ValueError(f"GpuQuotasArgs.vcpus: unknown quota {key}")
             if value < 1:
                 raise ValueError(f"GpuQuotasArgs.vcpus[{key}]: must be at least 1 vCPU")
+            if key not in self.current:
+                raise ValueError(f"GpuQuotasArgs.current: no current value of {key}")
 
 
 class GpuQuotas(pulumi.ComponentResource):
@@ -38,9 +68,10 @@ class GpuQuotas(pulumi.ComponentResource):
         for (capacity, family), vcpus in sorted(args.vcpus.items()):
             aws.servicequotas.ServiceQuota(
                 f"{name}-{capacity}-{family}",
-                service_code="ec2",
+                service_code=SERVICE,
                 quota_code=QUOTA_CODES[(capacity, family)],
-                value=vcpus,
-                opts=pulumi.ResourceOptions(parent=self),
+                # Equal to the current value where the account already has enough: no request.
+                value=max(vcpus, args.current[(capacity, family)]),
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]),
             )
         self.register_outputs({})

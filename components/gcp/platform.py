@@ -325,7 +325,6 @@ def build_gcp(settings: StackConfig) -> Platform:
         },
         # GKE installs the NVIDIA driver and runs the device plugin on its GPU nodes.
         needs_device_plugin=False,
-        needs_dcgm_exporter=False,
         compute_class_label=COMPUTE_CLASS_LABEL,
         team_role_bindings={
             team.name: {

@@ -2,7 +2,8 @@
 
 Sources: the training runtime (spotsafe_*), Kueue (kueue_*, per-flavor usage enabled in its
 configuration), kube-state-metrics (node labels `capacity-type` must be on its label allowlist),
-the NVIDIA DCGM exporter, and the goodput recordings of the alert rules. Savings price the
+and the goodput recordings of the alert rules (GPU utilisation is the cloud's own DCGM
+exporter's, in its monitoring service). Savings price the
 GPU-hours pods held on spot nodes at the difference between the configured on-demand and spot
 GPU-hour prices.
 """
@@ -84,8 +85,14 @@ def dashboard(args: DashboardArgs) -> dict:
             0,
         ),
         _panel(
-            "Accelerator idle share",
-            [("count(DCGM_FI_DEV_GPU_UTIL < 5) / count(DCGM_FI_DEV_GPU_UTIL)", "idle GPUs")],
+            "Accelerator idle share (GPUs up that no running pod holds)",
+            [
+                (
+                    "sum(label_capacity_type:spot_training_idle_gpus:sum) / sum("
+                    f'kube_node_status_allocatable{{resource="{KSM_GPU}"}})',
+                    "idle GPUs",
+                )
+            ],
             "percentunit",
             12,
             0,

@@ -1,9 +1,9 @@
-"""GPUs visible and measured: the NVIDIA device plugin and the DCGM exporter on every GPU node.
+"""GPUs visible: the NVIDIA device plugin on every GPU node.
 
 Without the device plugin a node advertises no `nvidia.com/gpu` and no training pod fits it;
 its chart tolerates only NVIDIA's own taint by default, so here it also tolerates the spot taint.
-Both run on the nodes of the GPU classes (label `gpu-class`), spot and on-demand. The DCGM
-exporter feeds the GPU-utilisation metrics that the idle alerts and the dashboard read.
+It runs on the nodes of the GPU classes (label `gpu-class`), spot and on-demand. GPU utilisation
+comes from the cloud's own DCGM exporter (components/platform.py), one per node.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pulumi
 
 from components.k8s.objects import helm_release
 from components.pools import GPU_CLASS_LABEL, SPOT_TAINT
-from components.versions import DCGM_EXPORTER, NVIDIA_DEVICE_PLUGIN
+from components.versions import NVIDIA_DEVICE_PLUGIN
 
 # Every GPU node, whatever its class and capacity type.
 GPU_NODES = {
@@ -41,7 +41,6 @@ GPU_NODE_TOLERATIONS = [
 @dataclass(frozen=True)
 class GpuAgentsArgs:
     device_plugin: bool = True
-    dcgm_exporter: bool = True
 
 
 def device_plugin_values() -> dict:
@@ -50,20 +49,6 @@ def device_plugin_values() -> dict:
     # The chart's default affinity waits for node-feature-discovery labels, which these nodes
     # never get (NFD is not installed): select the GPU class label instead.
     return {"affinity": GPU_NODES, "tolerations": GPU_NODE_TOLERATIONS}
-
-
-def dcgm_exporter_values() -> dict:
-    """Chart values; every key exists in the chart's values.yaml of DCGM_EXPORTER's version."""
-    return {
-        "affinity": GPU_NODES,
-        "tolerations": GPU_NODE_TOLERATIONS,
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "256Mi"},
-            "limits": {"memory": "512Mi"},
-        },
-        # Prometheus selects every ServiceMonitor (components/k8s/monitoring.py).
-        "serviceMonitor": {"enabled": True, "interval": "30s"},
-    }
 
 
 class GpuAgents(pulumi.ComponentResource):
@@ -76,6 +61,4 @@ class GpuAgents(pulumi.ComponentResource):
             helm_release(
                 f"{name}-device-plugin", NVIDIA_DEVICE_PLUGIN, device_plugin_values(), child
             )
-        if args.dcgm_exporter:
-            helm_release(f"{name}-dcgm-exporter", DCGM_EXPORTER, dcgm_exporter_values(), child)
         self.register_outputs({})

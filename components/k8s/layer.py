@@ -74,6 +74,8 @@ class KubernetesLayer(pulumi.ComponentResource):
                 receiver=platform.alert_receiver,
                 webhook_url=config.alerts.webhook_url,
                 node_selector=dict(STABLE.node_labels),
+                heartbeat_receiver=platform.heartbeat_receiver,
+                storage_class=platform.storage_class,
             ),
             child,
         )
@@ -85,10 +87,7 @@ class KubernetesLayer(pulumi.ComponentResource):
         ]
         GpuAgents(
             f"{name}-gpus",
-            GpuAgentsArgs(
-                device_plugin=platform.needs_device_plugin,
-                dcgm_exporter=platform.needs_dcgm_exporter,
-            ),
+            GpuAgentsArgs(device_plugin=platform.needs_device_plugin),
             pulumi.ResourceOptions(parent=self, depends_on=[monitoring.release, *addons]),
         )
         Priorities(f"{name}-priorities", PrioritiesArgs(), child)

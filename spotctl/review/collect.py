@@ -208,14 +208,28 @@ def _torch_pin(path: Path) -> str:
 
 
 def review_versions(review: Review) -> None:
-    from components.versions import KUBERNETES_RELEASES
+    from components.versions import GPU_AMI_ALIAS, KUBERNETES_RELEASES, KUBERNETES_VERSION
 
     for release in KUBERNETES_RELEASES.values():
         if review.date > release.standard_support_ends:
-            review.flags.append(
+            problem = (
                 f"Kubernetes {release.version} is in EKS extended support (billed extra) since "
-                f"{release.standard_support_ends}: upgrade it"
+                f"{release.standard_support_ends}"
             )
+            # A new cluster must start in standard support; a minor still listed beside the
+            # default is one that clusters are being moved off.
+            if release.version == KUBERNETES_VERSION:
+                review.mandatory.append(
+                    f"{problem}, and new clusters start on it: move the default"
+                )
+            else:
+                review.flags.append(f"{problem}: upgrade it")
+    released = ami_release(GPU_AMI_ALIAS)
+    if released is not None and _days(review.date, released) > WARN_DAYS:
+        review.flags.append(
+            f"GPU node AMI {GPU_AMI_ALIAS} was released {_days(review.date, released)} days ago "
+            f"(over {WARN_DAYS}): pin a newer alias"
+        )
     rows = []
     for pin in pinned_versions():
         end = pin.pop("end")
@@ -233,6 +247,12 @@ def review_versions(review: Review) -> None:
                 review.flags.append(f"{what} reaches its end of support in {left} days ({end})")
         rows.append(pin)
     review.sections["versions"] = rows
+
+
+def ami_release(alias: str) -> date | None:
+    """The release date an EKS AMI alias names (`al2023@v20260520`), or None for another form."""
+    match = re.fullmatch(r"[a-z0-9]+@v(\d{4})(\d{2})(\d{2})", alias)
+    return date(*map(int, match.groups())) if match else None
 
 
 def prometheus_alerts() -> list[tuple[str, str, str]]:

@@ -24,7 +24,12 @@ from components.aws.storage import CheckpointBucketArgs
 from components.config import load_config
 from components.k8s import monitoring
 from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, PoolSpec
-from components.versions import KUBERNETES_RELEASES, KUBERNETES_VERSION, UPGRADE_SUPPORT_TYPE
+from components.versions import (
+    ADDON_NAMESPACES,
+    KUBERNETES_RELEASES,
+    KUBERNETES_VERSION,
+    UPGRADE_SUPPORT_TYPE,
+)
 from spotctl.preview import preview_program
 
 PROD = load_config(stack_values("prod"))
@@ -184,14 +189,21 @@ def test_bucket_encryption_names_the_object_to_kms(prod: Preview):
 def test_every_pod_role_trusts_only_its_cluster_and_service_account(stack_preview, stack):
     preview = stack_preview(stack)
     cluster_arn = preview.one("aws:eks/cluster:Cluster").outputs["arn"]
-    associations = {a.inputs["roleArn"]: a for a in preview.of_type(POD_IDENTITY_ASSOCIATION)}
+    associations = {
+        a.inputs["roleArn"]: a.inputs for a in preview.of_type(POD_IDENTITY_ASSOCIATION)
+    }
+    # EKS add-ons that call AWS create their association themselves.
+    for addon in preview.of_type("aws:eks/addon:Addon"):
+        for association in addon.inputs.get("podIdentityAssociations", []):
+            namespace = ADDON_NAMESPACES[addon.inputs["addonName"]]
+            associations[association["roleArn"]] = {**association, "namespace": namespace}
     roles = preview.of_type("aws:iam/role:Role")
     pod_roles = [r for r in roles if "pods.eks" in r.inputs["assumeRolePolicy"]]
-    # Teams, the Karpenter controller and Alertmanager.
-    assert len(pod_roles) == len(load_config(stack_values(stack)).teams) + 2
+    # Teams, the Karpenter controller, Alertmanager and the EBS CSI driver.
+    assert len(pod_roles) == len(load_config(stack_values(stack)).teams) + 3
     for role in pod_roles:
         (trust,) = _statements(json.loads(role.inputs["assumeRolePolicy"]))
-        association = associations[role.outputs["arn"]].inputs
+        association = associations[role.outputs["arn"]]
         assert trust["Condition"] == {
             "StringEquals": {
                 "aws:SourceAccount": cluster_arn.split(":")[4],
@@ -255,10 +267,11 @@ def test_platform_admin_restores_checkpoints_but_never_destroys_them(prod: Previ
 
 
 def test_node_role_has_the_worker_policies_and_no_account_wide_reads(prod: Preview):
+    (node_role,) = [r for r in prod.of_type("aws:iam/role:Role") if r.name == "prod-node"]
     attached = {
         a.inputs["policyArn"].rsplit("/", 1)[1]
         for a in prod.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-        if a.name.startswith("prod-node-")
+        if a.inputs["role"] == node_role.outputs["name"]
     }
     assert attached == {
         "AmazonEKSWorkerNodePolicy",
@@ -369,10 +382,14 @@ def test_gpu_quota_requests_spot_and_on_demand(prod: Preview):
         ("on-demand", "p-family"): PROD.aws.on_demand_gpu_quota.p_family_vcpus,
         ("on-demand", "g-family"): PROD.aws.on_demand_gpu_quota.g_family_vcpus,
     }
+    # The preview's account is a new one: nothing granted, so each request is the configured one.
     assert quotas == {
         QUOTA_CODES[key]: {"serviceCode": "ec2", "quotaCode": QUOTA_CODES[key], "value": vcpus}
         for key, vcpus in requested.items()
     }
+    # Filed once: a partial grant read back later never files the request again.
+    for quota in prod.of_type("aws:servicequotas/serviceQuota:ServiceQuota"):
+        assert quota.ignore_changes == ["value"]
 
 
 def test_interruption_events_reach_the_queue(prod: Preview):
@@ -400,7 +417,7 @@ def test_interruption_events_reach_the_queue(prod: Preview):
 
 
 def test_alarms_notify_the_topic_and_name_a_runbook(prod: Preview):
-    topic = prod.one("aws:sns/topic:Topic")
+    topic = prod.one("aws:sns/topic:Topic", "-alerts")
     alarms = prod.of_type("aws:cloudwatch/metricAlarm:MetricAlarm")
     assert len(alarms) >= 3
     base = PROD.alerts.runbook_base_url
@@ -417,7 +434,7 @@ def test_alarms_notify_the_topic_and_name_a_runbook(prod: Preview):
 
 def test_cloudwatch_can_publish_to_the_encrypted_topic(prod: Preview):
     """The AWS-managed SNS key does not let CloudWatch publish; the topic's own key does."""
-    topic = prod.one("aws:sns/topic:Topic")
+    topic = prod.one("aws:sns/topic:Topic", "-alerts")
     key = prod.one("aws:kms/key:Key", "-alerts-key")
     assert topic.inputs["kmsMasterKeyId"] == key.outputs["arn"]
     assert key.inputs["enableKeyRotation"] is True
@@ -427,7 +444,7 @@ def test_cloudwatch_can_publish_to_the_encrypted_topic(prod: Preview):
         if s["Effect"] == "Allow" and s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
     ]
     assert grants and {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(grants[0]["Action"])
-    topic_policy = prod.one("aws:sns/topicPolicy:TopicPolicy")
+    topic_policy = prod.one("aws:sns/topicPolicy:TopicPolicy", "-alerts-policy")
     assert topic_policy.inputs["arn"] == topic.outputs["arn"]
     (publish,) = [s for s in _statements(_policy(topic_policy)) if s["Effect"] == "Allow"]
     assert publish["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
@@ -436,8 +453,9 @@ def test_cloudwatch_can_publish_to_the_encrypted_topic(prod: Preview):
     assert publish["Condition"]["StringEquals"] == {"aws:SourceAccount": account}
 
 
-def test_alertmanager_may_publish_to_the_topic(prod: Preview):
-    topic = prod.one("aws:sns/topic:Topic").outputs["arn"]
+def test_alertmanager_may_publish_to_the_topic_and_the_heartbeat(prod: Preview):
+    topic = prod.one("aws:sns/topic:Topic", "-alerts").outputs["arn"]
+    heartbeat = prod.one("aws:sns/topic:Topic", "-heartbeat").outputs["arn"]
     key = prod.one("aws:kms/key:Key", "-alerts-key").outputs["arn"]
     association = prod.one(POD_IDENTITY_ASSOCIATION, "-alertmanager")
     assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == (
@@ -445,11 +463,22 @@ def test_alertmanager_may_publish_to_the_topic(prod: Preview):
         monitoring.ALERTMANAGER_SERVICE_ACCOUNT,
     )
     grants = {
-        (a, s["Resource"])
+        (a, resource)
         for s in _statements(_policy(prod.one("aws:iam/rolePolicy:RolePolicy", "-alertmanager")))
         for a in _as_list(s["Action"])
+        for resource in _as_list(s["Resource"])
     }
-    assert grants == {("sns:Publish", topic), ("kms:Decrypt", key), ("kms:GenerateDataKey", key)}
+    assert grants == {
+        ("sns:Publish", topic),
+        ("sns:Publish", heartbeat),
+        ("kms:Decrypt", key),
+        ("kms:GenerateDataKey", key),
+    }
+    # The heartbeat topic takes TLS only, like the alert topic.
+    (deny,) = _statements(_policy(prod.one("aws:sns/topicPolicy:TopicPolicy", "-heartbeat")))
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {
+        "Bool": {"aws:SecureTransport": "false"}
+    }
 
 
 def test_image_repository_is_immutable_scanned_and_encrypted(prod: Preview):
@@ -675,6 +704,7 @@ def _observability(**overrides) -> ObservabilityArgs:
         (lambda: CheckpointBucketArgs(kms_deletion_window_days=3), "kms_deletion_window_days"),
         (lambda: GpuQuotasArgs(vcpus={("spot", "p-family"): 0}), "at least 1 vCPU"),
         (lambda: GpuQuotasArgs(vcpus={("spot", "trn-family"): 8}), "unknown quota"),
+        (lambda: GpuQuotasArgs(vcpus={("spot", "p-family"): 8}), "no current value"),
         (lambda: _observability(gpu_idle_percent=100), "gpu_idle_percent"),
         (lambda: _observability(emails=[]), "reach no one"),
     ],

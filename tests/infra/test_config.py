@@ -65,7 +65,7 @@ def _error(values: dict) -> ConfigError:
         ),
         (["zones"], ["us-east-1a", "eu-west-1b"], "not zones of region 'us-east-1'"),
         (["cost_tags"], {"team": "x"}, "set by the platform"),
-        (["aws", "principals", "platform_admin"], ["*"], "does not match"),
+        (["aws", "principals", "platform_admin"], ["*"], "is not an IAM role or user ARN"),
     ],
 )
 def test_error_names_field_path_and_allowed_values(path, value, expected):
@@ -277,7 +277,7 @@ def test_cli_reports_unknown_stack(tmp_path):
             ["aws", "cluster", "create", "version"],
             "1.29",
             "aws.cluster.create.version",
-            "has no pinned add-on versions in components/versions.py (pinned: 1.33)",
+            "has no pinned add-on versions in components/versions.py (pinned: 1.35)",
         ),
     ],
 )

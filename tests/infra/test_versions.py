@@ -65,8 +65,6 @@ def test_every_pinned_kubernetes_version_can_be_validated_and_has_every_addon():
 
 # Charts whose CRDs or values come in another chart's schemas: karpenter-crd's CRDs are Karpenter's.
 SCHEMAS_OF = {"karpenter-crd": "karpenter"}
-# Charts whose values ../shared/schemas does not hold: nothing checks them but review.
-WITHOUT_SCHEMAS = {"dcgm-exporter"}
 
 
 def test_charts_match_the_schemas_they_are_checked_against(shared_schemas: Path):
@@ -74,9 +72,6 @@ def test_charts_match_the_schemas_they_are_checked_against(shared_schemas: Path)
     for chart in CHARTS:
         name = SCHEMAS_OF.get(chart.name, chart.name)
         matching = [f for f in folders if f.startswith(f"{name}-")]
-        if chart.name in WITHOUT_SCHEMAS:
-            assert not matching, f"{shared_schemas} now has {matching}: check {chart.name} too"
-            continue
         assert matching, f"no schemas for {chart.name} in {shared_schemas}"
         assert any(chart.version in folder for folder in matching), (chart, matching)
 

@@ -16,6 +16,7 @@ import yaml
 from chart_values import merged, unknown_keys
 from stack_files import AWS_STACKS, STACKS, stack_values
 
+from components.aws import observability
 from components.config import load_config
 from components.k8s import monitoring
 from components.k8s.alerts import RULES_FILE
@@ -166,17 +167,32 @@ def test_every_prometheus_alert_is_routed_to_the_stacks_targets(
     for alertname, severity in (("KubePodCrashLooping", "warning"), ("TargetDown", "critical")):
         labels = {"alertname": alertname, "severity": severity}
         assert receivers(config_file, labels) == [monitoring.ONCALL]
-    for alertname in monitoring.SILENT_ALERTS:
-        assert receivers(config_file, {"alertname": alertname}) == [monitoring.SILENT]
     (oncall,) = [r for r in config["receivers"] if r["name"] == monitoring.ONCALL]
     settings = load_config(stack_values(name))
     if settings.cloud == "aws":
-        # The on-call receiver publishes to the stack's alert topic, signed for its region.
-        topic = next(r for r in resources if r.type == "aws:sns/topic:Topic").outputs["arn"]
+        topics = {
+            r.name.rsplit("-", 1)[1]: r.outputs["arn"]
+            for r in resources
+            if r.type == "aws:sns/topic:Topic"
+        }
+        # The on-call receiver publishes to the stack's alert topic, signed for its region; the
+        # heartbeat, every minute, to the topic whose silence trips the dead man's switch.
         assert oncall["sns_configs"] == [
-            {"topic_arn": topic, "sigv4": {"region": settings.region}, "send_resolved": True}
+            {
+                "topic_arn": topics["alerts"],
+                "sigv4": {"region": settings.region},
+                "send_resolved": True,
+            }
         ]
+        assert receivers(config_file, {"alertname": "Watchdog"}) == [monitoring.HEARTBEAT]
+        (heartbeat,) = [r for r in config["receivers"] if r["name"] == monitoring.HEARTBEAT]
+        assert [c["topic_arn"] for c in heartbeat["sns_configs"]] == [topics["heartbeat"]]
+        (route,) = [r for r in config["route"]["routes"] if r["receiver"] == monitoring.HEARTBEAT]
+        assert route["repeat_interval"] == monitoring.HEARTBEAT_INTERVAL
+        assert receivers(config_file, {"alertname": "InfoInhibitor"}) == [monitoring.SILENT]
     else:
+        for alertname in monitoring.SILENT_ALERTS:
+            assert receivers(config_file, {"alertname": alertname}) == [monitoring.SILENT]
         # GKE: mail to every alert address through the stack's relay, over TLS.
         relay = settings.gcp.alert_email
         assert [
@@ -239,7 +255,8 @@ def test_every_alarm_and_alert_topic_message_reaches_a_person(aws_stack):
     def of_type(token: str) -> list[PreviewResource]:
         return [r for r in resources if r.type == token]
 
-    (topic,) = of_type("aws:sns/topic:Topic")
+    topics = {t.name.rsplit("-", 1)[1]: t for t in of_type("aws:sns/topic:Topic")}
+    topic, heartbeat = topics["alerts"], topics["heartbeat"]
     arn = topic.outputs["arn"]
     alarms = of_type("aws:cloudwatch/metricAlarm:MetricAlarm")
     assert alarms and all(a.inputs["alarmActions"] == [arn] for a in alarms)
@@ -262,4 +279,120 @@ def test_every_alarm_and_alert_topic_message_reaches_a_person(aws_stack):
         if p.name == association.name.removesuffix("-pod-identity") + "-policy"
     )
     statements = json.loads(role_policy.inputs["policy"])["Statement"]
-    assert any(s["Action"] == "sns:Publish" and s["Resource"] == arn for s in statements)
+    published = {arn for s in statements if s["Action"] == "sns:Publish" for arn in s["Resource"]}
+    assert published == {arn, heartbeat.outputs["arn"]}
+
+
+def test_the_dead_mans_switch_alarms_outside_the_cluster(aws_stack):
+    """Alertmanager's heartbeat goes to a topic of its own; SNS publishes
+    NumberOfMessagesPublished per topic only while messages arrive (AWS SNS monitoring docs), so
+    the alarm treats a missing count as breaching and pages through the alert topic."""
+    topics = {r.name.rsplit("-", 1)[1]: r for r in aws_stack if r.type == "aws:sns/topic:Topic"}
+    (alarm,) = [
+        r
+        for r in aws_stack
+        if r.type == "aws:cloudwatch/metricAlarm:MetricAlarm" and r.inputs["namespace"] == "AWS/SNS"
+    ]
+    assert alarm.inputs["metricName"] == "NumberOfMessagesPublished"
+    assert alarm.inputs["dimensions"] == {"TopicName": topics["heartbeat"].outputs["name"]}
+    assert alarm.inputs["treatMissingData"] == "breaching"
+    assert (alarm.inputs["comparisonOperator"], alarm.inputs["threshold"]) == (
+        "LessThanThreshold",
+        1,
+    )
+    # Every period holds several heartbeats (one a minute): one missed send never pages.
+    silence = alarm.inputs["period"] * alarm.inputs["evaluationPeriods"]
+    assert silence == observability.HEARTBEAT_SILENCE_MINUTES * 60 >= 3 * alarm.inputs["period"]
+    assert alarm.inputs["alarmActions"] == [topics["alerts"].outputs["arn"]]
+    assert not any(
+        s.inputs["topic"] == topics["heartbeat"].outputs["arn"]
+        for s in aws_stack
+        if s.type == "aws:sns/topicSubscription:TopicSubscription"
+    )
+
+
+# The chart's `up{job=...}` absence alerts and the values that gate them, from its
+# templates/prometheus/rules-1.14/ (kube-prometheus-stack 88.5.3: each file is rendered only if
+# `defaultRules.rules.<group>` and `<component>.enabled` are true):
+# alert -> (job, component whose scrape job it is, defaultRules.rules group).
+ABSENCE_ALERTS = {
+    "KubeAPIDown": ("apiserver", "kubeApiServer", "kubernetesSystem"),
+    "KubeletDown": ("kubelet", "kubelet", "kubernetesSystem"),
+    "KubeControllerManagerDown": (
+        "kube-controller-manager",
+        "kubeControllerManager",
+        "kubeControllerManager",
+    ),
+    "KubeSchedulerDown": ("kube-scheduler", "kubeScheduler", "kubeSchedulerAlerting"),
+    "KubeProxyDown": ("kube-proxy", "kubeProxy", "kubeProxy"),
+    "etcdMembersDown": ("etcd", "kubeEtcd", "etcd"),
+}
+# What a managed control plane (EKS, GKE) lets Prometheus scrape: not the controller manager,
+# scheduler or etcd, and EKS's kube-proxy add-on binds its metrics to 127.0.0.1:10249.
+SCRAPABLE_JOBS = {"apiserver", "kubelet"}
+
+
+def absence_alerts(values: dict) -> dict[str, str]:
+    """alert -> job, for the absence alerts the chart renders with these values."""
+    rules = values["defaultRules"]
+    return {
+        alert: job
+        for alert, (job, component, group) in ABSENCE_ALERTS.items()
+        if rules["create"] and rules["rules"][group] and values[component]["enabled"]
+    }
+
+
+def test_no_alert_waits_on_a_scrape_target_the_cluster_hides(stack, chart_defaults):
+    values = merged(chart_defaults, release_values(stack[2]))
+    assert set(absence_alerts(values).values()) <= SCRAPABLE_JOBS
+    assert set(absence_alerts(values)) == {"KubeAPIDown", "KubeletDown"}
+    # The chart's defaults would page forever on a managed cluster.
+    assert set(absence_alerts(chart_defaults).values()) - SCRAPABLE_JOBS == {
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-proxy",
+        "etcd",
+    }
+
+
+def test_prometheus_keeps_its_history_on_a_volume(stack, chart_defaults):
+    spec = merged(chart_defaults, release_values(stack[2]))["prometheus"]["prometheusSpec"]
+    assert (spec["retention"], spec["retentionSize"]) == (
+        monitoring.RETENTION,
+        monitoring.RETENTION_SIZE,
+    )
+    claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert claim["resources"]["requests"]["storage"] == f"{monitoring.VOLUME_GIB}Gi"
+    # retentionSize leaves room on the volume for the write-ahead log and compaction.
+    assert int(monitoring.RETENTION_SIZE.removesuffix("GB")) < 0.95 * monitoring.VOLUME_GIB
+    name, resources, rendered = stack
+    classes = [o for o in rendered.all_objects() if o["kind"] == "StorageClass"]
+    if load_config(stack_values(name)).cloud == "aws":
+        # The EBS CSI driver's own parameters (aws-ebs-csi-driver docs/parameters.md).
+        (storage_class,) = classes
+        assert storage_class["provisioner"] == "ebs.csi.aws.com"
+        assert storage_class["parameters"] == {"type": "gp3", "encrypted": "true"}
+        assert claim["storageClassName"] == storage_class["metadata"]["name"]
+        (addon,) = [
+            r
+            for r in resources
+            if r.type == "aws:eks/addon:Addon" and r.inputs["addonName"] == "aws-ebs-csi-driver"
+        ]
+        (association,) = addon.inputs["podIdentityAssociations"]
+        assert association["serviceAccount"] == "ebs-csi-controller-sa"
+        role = next(r for r in resources if r.outputs.get("arn") == association["roleArn"])
+        trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
+        assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        assert (
+            trust["Condition"]["StringEquals"]["aws:RequestTag/kubernetes-service-account"]
+            == "ebs-csi-controller-sa"
+        )
+        assert any(
+            r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+            and r.inputs["policyArn"].endswith("/AmazonEBSCSIDriverPolicy")
+            and r.inputs["role"] == role.outputs["name"]
+            for r in resources
+        )
+    else:
+        # GKE: the cluster's default class (Persistent Disk CSI, encrypted at rest).
+        assert classes == [] and "storageClassName" not in claim

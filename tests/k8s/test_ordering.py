@@ -173,7 +173,7 @@ def test_helm_releases_wait_for_the_stable_nodes(previewed, cloud):
 @pytest.mark.parametrize("stack", AWS_STACKS, indirect=True)
 def test_gpu_agents_wait_for_the_node_pools_that_launch_their_nodes(previewed):
     on_gpus = {name for name, release in releases(previewed).items() if on_gpu_nodes(release)}
-    assert on_gpus == {"nvidia-device-plugin", "dcgm-exporter"}
+    assert on_gpus == {"nvidia-device-plugin"}
     assert [r for r in previewed if r.type == NODE_POOL]
     assert gpu_release_problems(previewed) == []
 
@@ -199,7 +199,6 @@ def _cut(resources: list[PreviewResource], name: str) -> list[PreviewResource]:
     [
         ("-alerts-rules", crd_problems, "can be created before {env}-monitoring-release"),
         ("-karpenter-controller", crd_problems, "can be created before {env}-monitoring-release"),
-        ("-gpus-dcgm-exporter", crd_problems, "can be created before {env}-monitoring-release"),
         ("-spot-nodepool", crd_problems, "can be created before {env}-karpenter-crd"),
         ("-kueue-lq-", crd_problems, "can be created before {env}-kueue-kueue"),
         ("-dashboard-configmap", namespace_problems, "before namespace monitoring"),

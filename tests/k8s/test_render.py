@@ -176,7 +176,6 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
         "karpenter-crd",
         "karpenter",
         "nvidia-device-plugin",
-        "dcgm-exporter",
         "kueue",
     }
     karpenter = releases["karpenter"]

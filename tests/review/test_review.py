@@ -20,11 +20,13 @@ from spotctl.review.collect import (
     REPO,
     Review,
     ReviewError,
+    ami_release,
     collect,
     pinned_versions,
     review_drills,
     review_provider_data,
     review_runbooks,
+    review_versions,
     stacks,
 )
 
@@ -74,10 +76,8 @@ def test_the_review_writes_json_markdown_and_html(reviewed):
     (drill,) = document["drills"]
     assert (drill["jobs"], drill["finished"], drill["goodput"]) == (2, 2, 0.91)
     assert {v["component"] for v in document["versions"]} >= {"kubernetes", "kueue", "torch"}
-    assert (
-        "Kubernetes 1.33 is in EKS extended support (billed extra) since 2026-07-29: upgrade it"
-        in document["flags"]
-    )
+    # New clusters start in standard support: no Kubernetes pin is past it.
+    assert not [f for f in document["flags"] + document["mandatory"] if "extended support" in f]
     text = (reviewed / "review.md").read_text()
     assert "## Stack prod: thresholds and headroom" in text and "| 2026-11-02-drill.json |" in text
     page = (reviewed / "review.html").read_text()
@@ -147,10 +147,35 @@ def test_a_version_past_its_end_of_support_is_mandatory(previews):
     assert any("last reviewed" in flag for flag in review.flags)
 
 
+def test_a_default_past_standard_support_is_mandatory(previews):
+    """EKS bills extended support extra: a new cluster must not start there (1.35's standard
+    support ends 2027-03-27, docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html)."""
+    review = collect(day=date(2027, 4, 1), quarter="2027Q2", previews=previews)
+    assert (
+        "Kubernetes 1.35 is in EKS extended support (billed extra) since 2027-03-27, and new "
+        "clusters start on it: move the default" in review.mandatory
+    )
+
+
+def test_an_ami_alias_older_than_the_window_is_flagged(monkeypatch):
+    assert ami_release("al2023@v20260520") == date(2026, 5, 20)
+    assert ami_release("bottlerocket@v1.30.0") is None
+    monkeypatch.setattr("components.versions.GPU_AMI_ALIAS", "al2023@v20260520")
+    review = Review("2026Q3", date(2026, 8, 1))
+    review_versions(review)
+    assert not [f for f in review.flags if f.startswith("GPU node AMI")]
+    review = Review("2026Q4", date(2026, 12, 1))
+    review_versions(review)
+    assert (
+        "GPU node AMI al2023@v20260520 was released 195 days ago (over 90): pin a newer alias"
+        in review.flags
+    )
+
+
 def test_the_cli_exits_3_on_a_mandatory_problem(tmp_path):
     result = spotctl_review("--out", str(tmp_path), "--date", "2030-01-01")
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "MANDATORY: kubernetes 1.33 is past its end of support" in result.stdout
+    assert "MANDATORY: kubernetes 1.35 is past its end of support" in result.stdout
     assert json.loads((tmp_path / "review.json").read_text())["mandatory"]
 
 

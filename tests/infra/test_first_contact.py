@@ -1,0 +1,148 @@
+"""A first `pulumi up` on an empty AWS account: nothing it creates needs a quota the same run
+requests, quota requests tolerate what the account already has, and every person the stack's
+roles trust is a role or user that exists. Each refusal is one line naming the field, exit 2."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pulumi
+import pytest
+from stack_files import stack_values
+
+from components.aws.quotas import QUOTA_CODES, GpuQuotas, GpuQuotasArgs
+from components.capacity import creation_problems, starting_gpu_vcpus
+from components.config import ConfigError, load_config
+from spotctl.preview_engine import ACCOUNT_ID
+
+SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
+ON_DEMAND_G = ("on-demand", "g-family")
+
+
+def preview(program: Path, stack: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SPOTCTL, "preview", "--stack", stack, "--program", str(program)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def one_config_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "spot-training:" in line]
+    return line.strip()
+
+
+# --- quotas
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        if args.typ == "aws:servicequotas/serviceQuota:ServiceQuota":
+            self.values[args.inputs["quotaCode"]] = args.inputs["value"]
+        return f"{args.name}-id", args.inputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("requested", "current", "filed"),
+    [
+        (768, 0, 768),  # a new account: the request as configured
+        (768, 1024, 1024),  # already higher: no request (the provider refuses a lower one)
+        (768, 500, 768),  # a partial grant so far: the request stands, filed once
+    ],
+)
+def test_a_quota_request_is_never_below_what_the_account_has(requested, current, filed):
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, preview=False)
+
+    @pulumi.runtime.test
+    def build():
+        GpuQuotas(
+            "q", GpuQuotasArgs(vcpus={ON_DEMAND_G: requested}, current={ON_DEMAND_G: current})
+        )
+        return pulumi.Output.from_input(None)
+
+    build()
+    assert mocks.values == {QUOTA_CODES[ON_DEMAND_G]: filed}
+
+
+def test_what_exists_at_creation_is_checked_against_the_quota_now():
+    prod = load_config(stack_values("prod"))
+    # The repository's prod buffer starts empty; its schedule grows it.
+    assert prod.aws.pools.buffer.desired_size == 0
+    assert starting_gpu_vcpus(prod) == {} and creation_problems(prod, {}) == []
+    values = copy.deepcopy(stack_values("prod"))
+    values["aws"]["pools"]["buffer"]["desired_size"] = 2
+    started = load_config(values)
+    # 2 x g6e.12xlarge (48 vCPUs each, components/catalog.yaml).
+    assert starting_gpu_vcpus(started) == {ON_DEMAND_G: 96}
+    assert creation_problems(started, {ON_DEMAND_G: 96}) == []
+    ((path, message),) = creation_problems(started, {ON_DEMAND_G: 64})
+    assert path == "aws.pools.buffer.desired_size"
+    assert "96 G-family on-demand vCPUs" in message and "allows 64" in message
+
+
+def test_cli_refuses_a_gpu_buffer_that_starts_above_the_accounts_quota(program_copy):
+    values = copy.deepcopy(stack_values("prod"))
+    values["aws"]["pools"]["buffer"]["desired_size"] = 2
+    line = one_config_line(preview(program_copy("prod", values), "prod"))
+    assert line.startswith("spot-training:aws.pools.buffer.desired_size: 2 GPU nodes at creation")
+    assert "allows 0 now" in line and "start the buffer at 0" in line
+
+
+# --- principals
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "*",
+        "arn:aws:iam::111122223333:root",
+        "arn:aws:iam::111122223333:group/Admins",
+        "arn:aws:sts::111122223333:assumed-role/Admins/alice",
+        "arn:aws:iam::1111:role/Admins",
+        "arn:aws:iam::111122223333:role/",
+    ],
+)
+def test_a_principal_must_be_a_role_or_user_arn(arn):
+    values = copy.deepcopy(stack_values("dev"))
+    values["aws"]["principals"]["log_reader"] = [arn]
+    with pytest.raises(ConfigError) as caught:
+        load_config(values)
+    ((path, message),) = caught.value.problems
+    assert path == "aws.principals.log_reader[0]"
+    assert message.startswith(f"{arn!r} is not an IAM role or user ARN")
+
+
+def test_roles_and_users_with_paths_are_principals():
+    values = copy.deepcopy(stack_values("dev"))
+    values["aws"]["principals"]["log_reader"] = [
+        "arn:aws:iam::111122223333:role/teams/ml/Auditors",
+        "arn:aws:iam::111122223333:user/alice@example.com",
+    ]
+    config = load_config(values)
+    assert ("aws.principals.log_reader[1]", "arn:aws:iam::111122223333:user/alice@example.com") in (
+        config.trusted_principals()
+    )
+
+
+def test_cli_refuses_a_principal_of_the_account_that_does_not_exist(program_copy):
+    """The preview's account is an empty one: IAM's lookup finds no such role."""
+    values = copy.deepcopy(stack_values("dev"))
+    values["teams"][0]["engineers"] = [f"arn:aws:iam::{ACCOUNT_ID}:role/MLEngineers"]
+    line = one_config_line(preview(program_copy("dev", values), "dev"))
+    assert line.startswith(
+        f"spot-training:teams[0].engineers[0]: no role 'MLEngineers' in account {ACCOUNT_ID}"
+    )
+    assert "cannot be found" in line and "create it first" in line
