@@ -807,7 +807,7 @@ def load_values(values: Mapping[str, str], namespace: str) -> StackConfig:
     namespaced, every value a string (structured ones JSON-encoded)."""
     raw, problems = decode_values(values, namespace, STRING_FIELDS)
     if problems:
-        raise ConfigError([(_path(loc), message) for loc, message in problems], namespace)
+        raise ConfigError(problems)
     return load_config(raw, namespace)
 
 

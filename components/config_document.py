@@ -28,20 +28,20 @@ Problem = tuple[Location, str]
 
 def decode_values(
     values: Mapping[str, str], project: str, string_fields: Iterable[str]
-) -> tuple[dict[str, Any], list[Problem]]:
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The project's config keys as a document: field -> value. A field the schema types as a
     string keeps its text as written (`environment: "true"` stays a string); any other value is
     JSON where it parses as JSON. A key of an unknown namespace is a problem: a misspelt project
-    name would otherwise drop the whole setting."""
+    name would otherwise drop the whole setting. Problems name the key as the stack file does."""
     document: dict[str, Any] = {}
-    problems: list[Problem] = []
+    problems: list[tuple[str, str]] = []
     strings = set(string_fields)
     for key, text in sorted(values.items()):
         namespace, _, field = key.partition(":")
         if namespace != project:
             if namespace not in PROVIDER_NAMESPACES:
                 known = ", ".join(f"{n}:" for n in (project, *PROVIDER_NAMESPACES))
-                problems.append(((key,), f"unknown namespace {namespace!r} (known: {known})"))
+                problems.append((key, f"unknown namespace {namespace!r} (known: {known})"))
             continue
         if field in strings:
             document[field] = text
@@ -51,7 +51,7 @@ def decode_values(
         except json.JSONDecodeError:
             document[field] = text  # a plain string such as `region: us-east-1`
         except (ValueError, RecursionError) as exc:
-            problems.append(((field,), f"cannot be read: {_reason(exc)}"))
+            problems.append((key, f"cannot be read: {_reason(exc)}"))
     return document, problems
 
 
@@ -89,4 +89,4 @@ def _unicode(text: str) -> bool:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
-    return str(exc).splitlines()[0]
+    return str(exc).split(";")[0]
