@@ -50,7 +50,8 @@ from components.versions import (
 # Object-key prefix: slash-separated segments, no leading/trailing slash, no wildcards.
 KEY_PREFIX = r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
-IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(root|role/.+|user/.+|assumed-role/.+)$"
+# A named principal: IAM takes no wildcard in a trust policy's principal but "*" (everyone).
+IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(root|(role|user|assumed-role)/[^*?\s]+)$"
 # AWS tag limits (docs.aws.amazon.com, "Tag restrictions"): keys of 1-128 and values of 0-256
 # letters, digits, spaces and `_ . : / = + - @`; the `aws:` prefix is AWS's own; 50 tags per
 # resource.

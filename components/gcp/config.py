@@ -40,7 +40,7 @@ GCP_REGION = r"^[a-z]+-[a-z]+\d+$"
 GKE_CLUSTER_NAME = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 # "1.35" (any patch of the minor) or an exact GKE version "1.35.0-gke.1171000".
 GKE_VERSION_PATTERN = r"^1\.\d{2}(\.\d+-gke\.\d+)?$"
-IAM_MEMBER = r"^(group|user|serviceAccount):[^@\s]+@[^@\s]+\.[^@\s]+$"
+IAM_MEMBER = r"^(group|user|serviceAccount):[^@\s*?]+@[^@\s*?]+\.[^@\s*?]+$"
 # GCP label keys and values: lowercase letters, digits, '_' and '-'; keys start with a letter.
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")

@@ -130,6 +130,14 @@ ONCE_ACCEPTED = {
         mutated("gcp-dev", ["teams", 0, "engineers"], [TEAM_ARN]),
         "spot-training:teams: teams[0].engineers: IAM role ARNs grant nothing on GCP",
     ),
+    "a wildcard principal among a team's engineers": (
+        mutated("dev", ["teams", 0, "engineers"], ["arn:aws:iam::111122223333:role/*"]),
+        "spot-training:teams[0].engineers[0]: 'arn:aws:iam::111122223333:role/*' does not match",
+    ),
+    "a wildcard GCP member": (
+        mutated("gcp-dev", ["gcp", "groups", "log_reader"], ["user:*@example.com"]),
+        "spot-training:gcp.groups.log_reader[0]: 'user:*@example.com' does not match",
+    ),
     "a notice longer than AWS gives": (
         mutated("dev", ["kubernetes", "notice_seconds"], 3600),
         "spot-training:kubernetes: notice_seconds 3600 exceeds the 120 s",
