@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import runpy
 import sys
 import traceback
@@ -95,7 +96,15 @@ def load_project(program_dir: Path) -> dict[str, Any]:
     raise ProgramInputError(f"{program_dir}: no Pulumi.yaml (not a Pulumi program directory)")
 
 
+# What Pulumi allows in a stack name: letters, digits, '-', '_' and '.' (never a path).
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def stack_file(program_dir: Path, project: dict[str, Any], stack: str) -> Path:
+    if not STACK_NAME.fullmatch(stack) or stack.strip(".") == "":
+        raise ProgramInputError(
+            f"{stack!r} is not a stack name (letters, digits, '-', '_' and '.')"
+        )
     config_dir = program_dir / project.get("stackConfigDir", ".")
     for suffix in ("yaml", "yml"):
         path = config_dir / f"Pulumi.{stack}.{suffix}"
