@@ -168,6 +168,8 @@ class _CrdLoader(yaml.SafeLoader):
 _CrdLoader.add_constructor(
     "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
 )
+# Local tags (a CloudFormation template's !Sub, !Ref) mark a file that is no CRD: read past them.
+_CrdLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 # JSON Schemas of a whole object, by file name, for kinds whose CRD is the cluster's own and not
@@ -184,7 +186,12 @@ def crd_schemas(crd_dirs: Iterable[Path]) -> dict[tuple[str, str], dict]:
             if path.name in OBJECT_SCHEMA_FILES:
                 schemas[OBJECT_SCHEMA_FILES[path.name]] = json.loads(path.read_text())
         for path in sorted(Path(folder).rglob("*.y*ml")):
-            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader):
+            try:
+                docs = list(yaml.load_all(path.read_text(), Loader=_CrdLoader))
+            except (yaml.YAMLError, UnicodeDecodeError) as exc:
+                reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                raise RenderError(f"--crds: {path}: not valid YAML ({reason})") from None
+            for doc in docs:
                 if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                     continue
                 spec = doc["spec"]
@@ -283,7 +290,11 @@ def command(
     )
     if not check:
         return
-    problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+    try:
+        problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+    except RenderError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     for kind in unvalidated:
         typer.echo(f"not validated (no schema; pass its CRD with --crds): {kind}")
     for problem in problems:
