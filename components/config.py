@@ -360,7 +360,7 @@ def s3_bucket_name_problem(name: str) -> str | None:
 
 
 S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
-S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3")
 
 
 class CheckpointStorage(Model):
