@@ -6,41 +6,30 @@ This is the only module that reads `pulumi.Config`; every component takes typed 
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components.aws.platform import build_aws
-from components.config import ConfigError, StackConfig, load_config
+from components.config import ConfigError, StackConfig, load_values
 from components.gcp.platform import build_gcp
 from components.k8s.layer import build_kubernetes
 
 BUILDERS = {"aws": build_aws, "gcp": build_gcp}
 
 
-def project_keys(namespace: str) -> list[str]:
-    """Every key the stack sets under this project's namespace, known to the schema or not: a
-    misspelt section must be an error, never silently dropped."""
-    prefix = f"{namespace}:"
+def stack_values() -> dict[str, str]:
+    """Every key the stack sets, in any namespace, known to the schema or not: a misspelt
+    section or project name must be an error, never silently dropped."""
     keys = {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}
-    return sorted(key.removeprefix(prefix) for key in keys if key.startswith(prefix))
+    values = {key: runtime_config.get_config(key) for key in keys}
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def read_stack_config() -> StackConfig:
     """Each top-level schema field is one config key; structured values arrive JSON-encoded."""
-    config = pulumi.Config()
-    raw = {}
-    for field in project_keys(config.name):
-        value = config.get(field)
-        if value is None:
-            continue
-        try:
-            raw[field] = json.loads(value)
-        except json.JSONDecodeError:
-            raw[field] = value  # a plain string such as `environment: dev`
+    namespace = pulumi.get_project()
     try:
-        return load_config(raw, namespace=config.name)
+        return load_values(stack_values(), namespace)
     except ConfigError as exc:
         raise pulumi.RunError(str(exc)) from None
 

@@ -397,10 +397,33 @@ def _template_problems(config: StackConfig, classes: dict, cloud: str) -> list[P
             continue
         if class_key not in classes:
             continue
-        problem = _fit_problem(templates.gpus_per_node, *classes[class_key], cloud)
+        # A pod that fits no node is the first problem; admission counts pods that can run.
+        problem = _fit_problem(
+            templates.gpus_per_node, *classes[class_key], cloud
+        ) or _admission_problem(config, t, class_key)
         if problem and problem not in problems:
             problems.append(problem)
     return problems
+
+
+def _admission_problem(config: StackConfig, team_index: int, class_key: str) -> Problem | None:
+    """Whether Kueue can ever admit a multi-node template: it admits the Job's `max_nodes` pods
+    at once, on one flavor, so they must fit the team's spot quota (with what it may borrow) or
+    its on-demand quota of the class."""
+    templates = config.kubernetes.templates
+    team = config.teams[team_index]
+    quota = team.quotas[class_key]
+    gpus = templates.max_nodes * templates.gpus_per_node
+    spot = quota.spot_gpus + config.kubernetes.kueue.borrow_spot_gpus
+    if gpus <= max(spot, quota.on_demand_gpus):
+        return None
+    return (
+        "kubernetes.templates.max_nodes",
+        f"a multi-node template of {templates.max_nodes} nodes x {templates.gpus_per_node} GPUs "
+        f"needs {gpus} GPUs at once; team {team.name!r} may use {spot} spot (with borrowing) "
+        f"or {quota.on_demand_gpus} on-demand GPUs of {class_key!r} "
+        f"(teams[{team_index}].quotas), so Kueue could never admit it",
+    )
 
 
 def _fit_problem(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -22,11 +23,13 @@ from pydantic import (
 )
 
 from components.capacity import capacity_problems
+from components.config_document import decode_values, document_problems
 from components.gcp.config import (
     GCP_REGION,
     LABEL_KEY,
     LABEL_VALUE,
     GcpConfig,
+    environment_problem,
 )
 from components.schema import (
     DNS_LABEL,
@@ -52,7 +55,14 @@ AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 IAM_ROLE_OR_USER_ARN = (
     r"^arn:aws[a-z-]*:iam::(\d{12}):(role|user)/([\w+=,.@-]+/)*([\w+=,.@-]{1,64})$"
 )
+# AWS tag limits (docs.aws.amazon.com, "Tag restrictions"): keys of 1-128 and values of 0-256
+# letters, digits, spaces and `_ . : / = + - @`; the `aws:` prefix is AWS's own; 50 tags per
+# resource.
 TAG_KEY = r"^[A-Za-z0-9 _.:/=+@-]{1,128}$"
+TAG_VALUE = re.compile(r"^[\w .:/=+@-]*$")
+MAX_TAGS = 50
+# Cost tags the platform sets on every taggable resource.
+RESERVED_TAGS = ("team", "env", "capacity-type")
 HTTPS_URL = r"^https://[A-Za-z0-9.-]+(:\d+)?(/\S*)?$"
 # The environment whose alerts page people: its links must lead somewhere.
 PRODUCTION = "prod"
@@ -226,6 +236,15 @@ class NewCluster(Model):
         "`pulumi up` must run inside the VPC.",
     )
 
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        try:
+            ipaddress.IPv4Network(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IPv4 network like '10.0.0.0/16'") from None
+        return value
+
     @field_validator("version")
     @classmethod
     def _pinned(cls, value: str) -> str:
@@ -295,6 +314,20 @@ class BufferPool(Pool):
         description="Scheduled actions switching the buffer between uses."
     )
 
+    @field_validator("schedule")
+    @classmethod
+    def _within_pool(cls, value: list[ScheduledSize], info: ValidationInfo) -> list[ScheduledSize]:
+        # An action sets the group's sizes itself: above max_size it escapes the limit that the
+        # quotas and the capacity checks were sized for.
+        limit = info.data.get("max_size")
+        for action in value:
+            if limit is not None and action.max_size > limit:
+                raise ValueError(
+                    f"action {action.name!r} raises the group to max_size {action.max_size}, "
+                    f"above the pool's max_size {limit}"
+                )
+        return value
+
 
 class Pools(Model):
     """The managed node groups: the stable tier, and optionally the scheduled buffer. GPU capacity
@@ -304,22 +337,66 @@ class Pools(Model):
     buffer: BufferPool | None = None
 
 
+# S3 refuses a lifecycle rule that moves objects younger than 30 days to STANDARD_IA (S3 API
+# reference, "Transition": Days).
+MIN_TRANSITION_DAYS = {"STANDARD_IA": 30}
+
+
 class Transition(Model):
     days: PositiveInt
     storage_class: Literal["STANDARD_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER"]
 
+    @model_validator(mode="after")
+    def _old_enough(self) -> Transition:
+        least = MIN_TRANSITION_DAYS.get(self.storage_class, 0)
+        if self.days < least:
+            raise ValueError(
+                f"S3 moves objects to {self.storage_class} at {least} days at the earliest, "
+                f"not {self.days}"
+            )
+        return self
+
+
+def s3_bucket_name_problem(name: str) -> str | None:
+    """Why S3 would refuse this general purpose bucket name, or None (S3 User Guide, "General
+    purpose bucket naming rules")."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name):
+        return (
+            "must be 3-63 lowercase letters, digits, '.' and '-', starting and ending with a "
+            "letter or digit"
+        )
+    if ".." in name:
+        return "must not contain two adjacent periods"
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name):
+        return "must not be formatted as an IP address"
+    reserved = [p for p in S3_RESERVED_PREFIXES if name.startswith(p)]
+    reserved += [s for s in S3_RESERVED_SUFFIXES if name.endswith(s)]
+    if reserved:
+        return f"must not use the reserved {reserved[0]!r}"
+    return None
+
+
+S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3")
+
 
 class CheckpointStorage(Model):
     bucket_name: str | None = Field(
-        default=None,
-        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
-        description="Fixed bucket name; default: a generated unique name.",
+        default=None, description="Fixed bucket name; default: a generated unique name."
     )
     noncurrent_version_days: PositiveInt = 7
     noncurrent_versions_to_keep: int | None = Field(default=None, ge=1, le=100)
     abort_multipart_days: PositiveInt = 1
     transitions: list[Transition] = Field(default_factory=list)
     kms_deletion_window_days: int = Field(default=30, ge=7, le=30)
+
+    @field_validator("bucket_name")
+    @classmethod
+    def _s3_accepts(cls, value: str | None) -> str | None:
+        problem = value and s3_bucket_name_problem(value)
+        if problem:
+            raise ValueError(f"{value!r}: an S3 bucket name {problem}")
+        return value
 
     @field_validator("transitions")
     @classmethod
@@ -446,6 +523,22 @@ class KueueConfig(Model):
     backoff_base_seconds: PositiveInt = 60
     backoff_max_seconds: PositiveInt = 900
 
+    @field_validator("pods_ready_timeout", "recovery_timeout")
+    @classmethod
+    def _positive(cls, value: str) -> str:
+        if duration_seconds(value) == 0:
+            raise ValueError(f"{value!r} requeues every workload at once; give a positive time")
+        return value
+
+    @model_validator(mode="after")
+    def _backoff_ordered(self) -> KueueConfig:
+        if self.backoff_base_seconds > self.backoff_max_seconds:
+            raise ValueError(
+                f"backoff_base_seconds {self.backoff_base_seconds} exceeds backoff_max_seconds "
+                f"{self.backoff_max_seconds}"
+            )
+        return self
+
 
 # The training image's digest before one is built and pushed: the templates refer to the stack's
 # repository, and nothing runs them yet.
@@ -542,7 +635,9 @@ class StackConfig(Model):
     gpu_classes: list[GpuClass] = Field(min_length=1)
     teams: list[Team] = Field(min_length=1)
     alerts: Alerts
-    cost_tags: dict[Annotated[str, Field(pattern=TAG_KEY)], str] = Field(default_factory=dict)
+    cost_tags: dict[
+        Annotated[str, Field(pattern=TAG_KEY)], Annotated[str, Field(max_length=256)]
+    ] = Field(default_factory=dict, max_length=MAX_TAGS - len(RESERVED_TAGS))
     aws: AwsConfig | None = Field(default=None, validate_default=True)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     gcp: GcpConfig | None = Field(default=None, validate_default=True)
@@ -606,6 +701,16 @@ class StackConfig(Model):
         reserved = sorted(set(value) & set(RESERVED_TAGS))
         if reserved:
             raise ValueError(f"tags {reserved} are set by the platform; remove them")
+        aws_prefixed = sorted(
+            k for k, v in value.items() if any(t.lower().startswith("aws:") for t in (k, v))
+        )
+        if aws_prefixed:
+            raise ValueError(f"tags {aws_prefixed}: the 'aws:' prefix is reserved for AWS")
+        odd = sorted(k for k, v in value.items() if not TAG_VALUE.match(v))
+        if odd:
+            raise ValueError(
+                f"tags {odd}: values hold letters, digits, spaces and '_ . : / = + - @' only"
+            )
         if info.data.get("cloud") == "gcp":
             bad = sorted(
                 k for k, v in value.items() if not (LABEL_KEY.match(k) and LABEL_VALUE.match(v))
@@ -637,6 +742,30 @@ class StackConfig(Model):
             for b in prefixes:
                 if a != b and b.startswith(a + "/"):
                     raise ValueError(f"checkpoint prefix {b!r} lies inside {a!r}")
+        return value
+
+    @field_validator("teams")
+    @classmethod
+    def _engineers_of_cloud(cls, value: list[Team], info: ValidationInfo) -> list[Team]:
+        if info.data.get("cloud") != "gcp":
+            return value
+        for index, team in enumerate(value):
+            if team.engineers:
+                raise ValueError(
+                    f"teams[{index}].engineers: IAM role ARNs grant nothing on GCP; list the "
+                    f"team's members in gcp.groups.team_engineers[{team.name!r}]"
+                )
+        return value
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _notice_of_cloud(cls, value: KubernetesConfig, info: ValidationInfo) -> KubernetesConfig:
+        # GKE's budget depends on the pools' shutdown grace; the `gcp` section checks it.
+        if info.data.get("cloud") == "aws" and value.notice_for("aws") > NOTICE_SECONDS["aws"]:
+            raise ValueError(
+                f"notice_seconds {value.notice_seconds} exceeds the {NOTICE_SECONDS['aws']} s "
+                "an EC2 spot interruption notice gives"
+            )
         return value
 
     @field_validator("aws")
@@ -684,10 +813,6 @@ class StackConfig(Model):
         return value
 
 
-# Cost tags the platform sets on every taggable resource.
-RESERVED_TAGS = ("team", "env", "capacity-type")
-
-
 class ConfigError(ValueError):
     """A stack config that does not validate. `problems` holds (field path, message) pairs."""
 
@@ -698,12 +823,33 @@ class ConfigError(ValueError):
         super().__init__("invalid stack config:\n" + "\n".join(lines))
 
 
+# Top-level fields whose value is text: Pulumi's string form of `"true"` or `"123"` is the value.
+STRING_FIELDS = tuple(
+    name
+    for name, field in StackConfig.model_fields.items()
+    if field.annotation is str or get_origin(field.annotation) is Literal
+)
+
+
+def load_values(values: Mapping[str, str], namespace: str) -> StackConfig:
+    """`load_config` on the stack's config as Pulumi hands it to the program: every key
+    namespaced, every value a string (structured ones JSON-encoded)."""
+    raw, problems = decode_values(values, namespace, STRING_FIELDS)
+    if problems:
+        raise ConfigError(problems)
+    return load_config(raw, namespace)
+
+
 def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
     """Validate the raw config map (field -> decoded value); raise ConfigError on any problem.
 
-    The schema first; then, on a valid document, whether its capacity can run its jobs
-    (`components.capacity`: catalog, classes, quotas, fit).
+    The document first (`components.config_document`), then the schema; then, on a valid
+    document, whether its capacity can run its jobs (`components.capacity`: catalog, classes,
+    quotas, fit).
     """
+    problems = document_problems(raw)
+    if problems:
+        raise ConfigError([(_path(loc), message) for loc, message in problems], namespace)
     environment = raw.get("environment") if isinstance(raw, dict) else None
     try:
         config = StackConfig.model_validate(raw, context={"environment": environment})
@@ -711,7 +857,8 @@ def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
         raise ConfigError(
             [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace
         ) from None
-    problems = capacity_problems(config)
+    problem = config.cloud == "gcp" and environment_problem(config.environment)
+    problems = [("environment", problem)] if problem else capacity_problems(config)
     if problems:
         raise ConfigError(problems, namespace)
     return config

@@ -17,7 +17,10 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 class Model(BaseModel):
     """Strict base: unknown keys are errors (a typo must never be silently ignored)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+    # No infinite or NaN numbers: a price of .inf compares as no price at all.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False
+    )
 
 
 class CreateOrAttach(Model):

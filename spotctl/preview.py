@@ -193,6 +193,13 @@ def command(
     ] = None,
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
+    from spotctl.outputs import OutputError, fail, output_file
+
+    try:
+        if json_path is not None:
+            output_file(json_path, "--json")
+    except OutputError as exc:
+        raise fail(exc) from None
     try:
         program = program or find_program(Path.cwd())
         typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
@@ -214,7 +221,6 @@ def command(
                 {**{k: asdict(r)[k] for k in keep}, "dependencies": waits_for(r)} for r in resources
             ]
         }
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     if policy_pack is not None:
         check_policies(policy_pack, program, stack, resources, policy_pack_config)

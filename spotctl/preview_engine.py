@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import runpy
 import sys
 import traceback
@@ -44,15 +45,45 @@ class ProgramInputError(Exception):
     """The program directory or its stack files cannot be previewed as given."""
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML as the Pulumi CLI reads it: a key written twice in one mapping is an error, not the
+    last value silently winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool):
+                continue  # the base class refuses what cannot be a key
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    problem=f"key {key!r} appears twice in one mapping",
+                    problem_mark=key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path) -> Any:
-    """A YAML file's document; a syntax error is a one-line ProgramInputError naming the place."""
+    """A YAML file's document; anything unreadable is a one-line ProgramInputError naming the
+    place."""
     try:
-        return yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProgramInputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ProgramInputError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ProgramInputError(f"{where}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise ProgramInputError(f"{path}: not a config: nested too deeply") from None
+    except ValueError as exc:  # an integer literal longer than Python converts
+        raise ProgramInputError(f"{path}: not a config: {str(exc).split(';')[0]}") from None
 
 
 def load_project(program_dir: Path) -> dict[str, Any]:
@@ -67,7 +98,15 @@ def load_project(program_dir: Path) -> dict[str, Any]:
     raise ProgramInputError(f"{program_dir}: no Pulumi.yaml (not a Pulumi program directory)")
 
 
+# What Pulumi allows in a stack name: letters, digits, '-', '_' and '.' (never a path).
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def stack_file(program_dir: Path, project: dict[str, Any], stack: str) -> Path:
+    if not STACK_NAME.fullmatch(stack) or stack.strip(".") == "":
+        raise ProgramInputError(
+            f"{stack!r} is not a stack name (letters, digits, '-', '_' and '.')"
+        )
     config_dir = program_dir / project.get("stackConfigDir", ".")
     for suffix in ("yaml", "yml"):
         path = config_dir / f"Pulumi.{stack}.{suffix}"
@@ -94,6 +133,8 @@ def stack_config(path: Path, project_name: str) -> tuple[dict[str, str], list[st
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     for key, value in raw.items():
+        if not isinstance(key, str):
+            raise ProgramInputError(f"{path}: config key {key!r} is not a string; quote it")
         full_key = key if ":" in key else f"{project_name}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
             config[full_key] = "[secret]"

@@ -10,13 +10,13 @@ Layout of OUT:
   manifests/NNN-<kind>-<namespace>-<name>.yaml   numbered in apply order
   helm/<release>/release.yaml, helm/<release>/values.yaml
   templates/<namespace>/<template>.yaml
-Each render replaces these three folders; anything else in OUT is left alone.
+A rerun replaces the files of the previous render (OUT/.spotctl-files lists them) and nothing
+else; an OUT that holds files of someone else is refused unless --force (`spotctl.outputs`).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +26,11 @@ import typer
 import yaml
 
 from components.versions import KUBERNETES_VERSION
+from spotctl.outputs import OutputDirectory, OutputError, fail
 from spotctl.preview import UNKNOWN, PreviewError, PreviewResource, find_program, preview_program
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 TEMPLATES_CONFIGMAP = "training-job-templates"
-OUTPUT_FOLDERS = ("manifests", "helm", "templates")
 # Apply order: what others live in or refer to comes first; custom resources after their CRDs.
 KIND_ORDER = (
     "Namespace",
@@ -95,9 +95,7 @@ def render(resources: list[PreviewResource]) -> Rendered:
 
 
 def write(rendered: Rendered, out: Path) -> list[Path]:
-    """Write the files; what an earlier render left in these folders goes, so none is stale."""
-    for folder in OUTPUT_FOLDERS:
-        shutil.rmtree(out / folder, ignore_errors=True)
+    """Write the files; returns their paths."""
     written = []
 
     def put(path: Path, text: str) -> None:
@@ -118,6 +116,17 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
     for (namespace, file_name), docs in sorted(rendered.templates.items()):
         put(out / "templates" / namespace / file_name, yaml.safe_dump_all(docs, sort_keys=False))
     return written
+
+
+def validated_versions() -> list[str]:
+    """The Kubernetes minor versions kubernetes-validate has schemas for, as "1.33"."""
+    from kubernetes_validate import utils
+
+    return sorted({major_minor(v) for v in utils.all_versions()}, key=utils.Version)
+
+
+def major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
 
 
 def validate(
@@ -159,6 +168,8 @@ class _CrdLoader(yaml.SafeLoader):
 _CrdLoader.add_constructor(
     "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
 )
+# Local tags (a CloudFormation template's !Sub, !Ref) mark a file that is no CRD: read past them.
+_CrdLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 # JSON Schemas of a whole object, by file name, for kinds whose CRD is the cluster's own and not
@@ -175,7 +186,12 @@ def crd_schemas(crd_dirs: Iterable[Path]) -> dict[tuple[str, str], dict]:
             if path.name in OBJECT_SCHEMA_FILES:
                 schemas[OBJECT_SCHEMA_FILES[path.name]] = json.loads(path.read_text())
         for path in sorted(Path(folder).rglob("*.y*ml")):
-            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader):
+            try:
+                docs = list(yaml.load_all(path.read_text(), Loader=_CrdLoader))
+            except (yaml.YAMLError, UnicodeDecodeError) as exc:
+                reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                raise RenderError(f"--crds: {path}: not valid YAML ({reason})") from None
+            for doc in docs:
                 if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                     continue
                 spec = doc["spec"]
@@ -240,28 +256,45 @@ def command(
         list[Path] | None,
         typer.Option("--crds", help="Directory of CRD YAML to validate custom resources with."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
+    ] = False,
 ) -> None:
     """Write every Kubernetes object the stack would apply, plus its training Job templates."""
-    if out.exists() and not out.is_dir():
-        typer.echo(f"error: --out {out} exists and is not a directory", err=True)
+    # Every input and output is checked before the preview's minute of work.
+    missing = [str(d) for d in crds or [] if not d.is_dir()]
+    if check and missing:
+        typer.echo(f"error: --crds directory not found: {', '.join(missing)}", err=True)
+        raise typer.Exit(2)
+    if check and major_minor(kubernetes_version) not in validated_versions():
+        typer.echo(
+            f"error: --kubernetes-version {kubernetes_version}: no schemas for it (known: "
+            f"{', '.join(validated_versions())})",
+            err=True,
+        )
         raise typer.Exit(2)
     try:
+        target = OutputDirectory(out, "--out", force)
         rendered = render_stack(program or find_program(Path.cwd()), stack)
+    except OutputError as exc:
+        raise fail(exc) from None
     except (RenderError, PreviewError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    target.clear()
     written = write(rendered, out)
+    target.record(written)
     typer.echo(
         f"wrote {len(written)} files to {out}: {len(rendered.objects)} objects, "
         f"{len(rendered.releases)} Helm releases, {len(rendered.templates)} Job templates"
     )
     if not check:
         return
-    missing = [str(d) for d in crds or [] if not d.is_dir()]
-    if missing:
-        typer.echo(f"error: --crds directory not found: {', '.join(missing)}", err=True)
-        raise typer.Exit(2)
-    problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+    try:
+        problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+    except RenderError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     for kind in unvalidated:
         typer.echo(f"not validated (no schema; pass its CRD with --crds): {kind}")
     for problem in problems:

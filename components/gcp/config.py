@@ -26,12 +26,21 @@ from components.schema import (
 from components.versions import GKE_RELEASE_CHANNEL, GKE_VERSION
 
 GCP_PROJECT = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+# The environment names the stack's service accounts (ids start with a letter) and custom roles
+# (`spotTraining<Title>_<env>`, at most 64 characters): a DNS label of at most 38 characters that
+# starts with a letter.
+GCP_ENVIRONMENT = r"^[a-z]([-a-z0-9]{0,36}[a-z0-9])?$"
+# GKE quotas and limits: 1,000 nodes per node pool in each zone.
+MAX_NODES_PER_POOL_ZONE = 1000
+# A VPC subnet range (primary or secondary) is a /29 at the smallest; a node takes a /24 of the
+# Pod range (110 Pods per node, GKE's default).
+MAX_RANGE_PREFIX = {"nodes_cidr": 29, "pods_cidr": 24, "services_cidr": 29}
 GCP_REGION = r"^[a-z]+-[a-z]+\d+$"
 # GKE cluster names: lowercase, start with a letter, at most 40 characters.
 GKE_CLUSTER_NAME = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 # "1.35" (any patch of the minor) or an exact GKE version "1.35.0-gke.1171000".
 GKE_VERSION_PATTERN = r"^1\.\d{2}(\.\d+-gke\.\d+)?$"
-IAM_MEMBER = r"^(group|user|serviceAccount):[^@\s]+@[^@\s]+\.[^@\s]+$"
+IAM_MEMBER = r"^(group|user|serviceAccount):[^@\s*?]+@[^@\s*?]+\.[^@\s*?]+$"
 # GCP label keys and values: lowercase letters, digits, '_' and '-'; keys start with a letter.
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -105,6 +114,14 @@ class GkeNetwork(Model):
             raise ValueError(f"{value!r} is not a private (RFC 1918) range")
         return value
 
+    @field_validator("nodes_cidr", "pods_cidr", "services_cidr")
+    @classmethod
+    def _large_enough(cls, value: str, info: ValidationInfo) -> str:
+        most = MAX_RANGE_PREFIX[info.field_name]
+        if ipaddress.IPv4Network(value).prefixlen > most:
+            raise ValueError(f"{value!r} is too small for GKE: a /{most} at the smallest")
+        return value
+
     @field_validator("control_plane_cidr")
     @classmethod
     def _slash_28(cls, value: str) -> str:
@@ -134,9 +151,14 @@ class AuthorizedNetwork(Model):
     @classmethod
     def _network(cls, value: str) -> str:
         try:
-            ipaddress.IPv4Network(value)
+            network = ipaddress.IPv4Network(value)
         except ValueError as exc:
             raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        if network.prefixlen == 0:
+            raise ValueError(
+                f"{value!r} opens the control plane to the whole internet; list the networks "
+                "that run pulumi up and kubectl"
+            )
         return value
 
 
@@ -188,7 +210,7 @@ class StablePoolConfig(Model):
 
     machine_type: str = Field(default="e2-standard-8", pattern=r"^[a-z0-9]+-[a-z0-9-]+$")
     min_nodes_per_zone: NonNegativeInt = 1
-    max_nodes_per_zone: PositiveInt = 3
+    max_nodes_per_zone: int = Field(default=3, ge=1, le=MAX_NODES_PER_POOL_ZONE)
     disk_size_gb: int = Field(default=100, ge=20, le=65536)
 
     @model_validator(mode="after")
@@ -208,8 +230,10 @@ class ScheduledNodeCount(ScheduledAction):
         default="Etc/UTC",
         description="tz database name the recurrence is read in, e.g. 'America/Chicago'.",
     )
-    nodes_per_zone: NonNegativeInt = Field(
-        description="Nodes in each of the pool's zones from this action on (GKE counts per zone)."
+    nodes_per_zone: int = Field(
+        ge=0,
+        le=MAX_NODES_PER_POOL_ZONE,
+        description="Nodes in each of the pool's zones from this action on (GKE counts per zone).",
     )
 
     @field_validator("time_zone")
@@ -315,6 +339,14 @@ class SmtpRelay(Model):
         pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", description="From address of alert mail."
     )
 
+    @field_validator("smarthost")
+    @classmethod
+    def _port(cls, value: str) -> str:
+        port = int(value.rpartition(":")[2])
+        if not 1 <= port <= 65535:
+            raise ValueError(f"{value!r}: port {port} is not a TCP port (1-65535)")
+        return value
+
 
 class GcpAlarms(Model):
     preemptions_per_hour: PositiveInt = Field(
@@ -322,6 +354,16 @@ class GcpAlarms(Model):
     )
     gpu_idle_percent: int = Field(
         default=50, ge=1, le=100, description="Average GPU idle share that warns."
+    )
+
+
+def environment_problem(environment: str) -> str | None:
+    """Why the GCP ids built from this environment name would be refused, or None."""
+    if re.fullmatch(GCP_ENVIRONMENT, environment):
+        return None
+    return (
+        f"{environment!r} cannot name GCP service accounts and custom roles: start with a "
+        "letter, at most 38 lowercase letters, digits and '-'"
     )
 
 

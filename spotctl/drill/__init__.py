@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from spotctl.drill.config import DrillConfig, Prices
+from spotctl.outputs import OutputDirectory, OutputError, fail, output_file
 
 D = DrillConfig
 
@@ -76,6 +77,9 @@ def command(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the JSON report here.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
+    ] = False,
 ) -> None:
     """Run training jobs on an emulated spot pool, preempt them, and measure the recovery."""
     from rich.console import Console
@@ -108,12 +112,25 @@ def command(
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
+    try:
+        target = OutputDirectory(out, "--out", force)
+        if json_path is not None:
+            output_file(json_path, "--json")
+    except OutputError as exc:
+        raise fail(exc) from None
     console = Console()
+    target.clear()
     try:
         report = run_drill(config, out, json_path, console)
     except (RuntimeError, TimeoutError, OSError) as e:
         console.print(f"[red]drill failed:[/red] {e}")
         raise typer.Exit(1) from None
+    finally:
+        # The report too, when it lies in --out: a rerun with the same flags replaces it.
+        written = [*target.files_under("pods"), *out.glob("timeline.png")]
+        if json_path is not None and json_path.resolve().is_relative_to(out.resolve()):
+            written += [json_path] if json_path.is_file() else []
+        target.record(written)
     # Goals are reported; only a job that did not recover exactly fails the drill.
     if (
         not all(j["finished"] for j in report["jobs"])

@@ -4,7 +4,6 @@ on the same interruption schedule, the report."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import boto3
@@ -22,8 +21,7 @@ BUCKET = "drill"
 
 def run_drill(config: DrillConfig, out: Path, json_path: Path | None, console: Console) -> dict:
     logs = out / "pods"
-    shutil.rmtree(logs, ignore_errors=True)  # the previous drill's pods
-    logs.mkdir(parents=True)
+    logs.mkdir(parents=True, exist_ok=True)
     with s3_server() as endpoint:
         env = {**LOCAL_AWS_ENV, "AWS_ENDPOINT_URL": endpoint}
         boto3.client(

@@ -18,6 +18,7 @@ import typer
 
 from components.config import NOTICE_SECONDS
 from spotctl.drill.config import Prices
+from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
 from spotctl.plan.model import HOUR_S, SpotJob, planned_goodput
 
@@ -301,6 +302,14 @@ def command(
         restart_s=restart_s,
     )
     try:
+        for path, option in ((json_path, "--json"), (png, "--png")):
+            if path is not None:
+                output_file(path, option)
+        if png is not None and png.suffix.lower() != ".png":
+            raise OutputError(f"--png {png}: name a .png file")
+    except OutputError as exc:
+        raise fail(exc) from None
+    try:
         planned = scenario(inputs)
     except (PlanError, costs.CostError) as e:
         typer.echo(f"error: {e}", err=True)
@@ -310,8 +319,6 @@ def command(
     for part in report.tables(result):
         console.print(part)
     if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(result, indent=2) + "\n")
     if png:
-        png.parent.mkdir(parents=True, exist_ok=True)
         report.chart(planned, result, png)

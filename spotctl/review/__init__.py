@@ -18,6 +18,8 @@ from typing import Annotated
 
 import typer
 
+from spotctl.outputs import OutputDirectory, OutputError
+
 QUARTER = re.compile(r"(\d{4})Q([1-4])")
 
 
@@ -51,6 +53,9 @@ def command(
             "--provider-data", help="Spot interruption bands (default: <pack>/provider-data.yaml)."
         ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
+    ] = False,
 ) -> None:
     """The quarterly review report: exit 3 on a mandatory problem."""
     from spotctl.policy_analyzer import PolicyPackError
@@ -67,6 +72,10 @@ def command(
     if drill_reports is not None and not drill_reports.is_dir():
         _fail(f"--drill-reports {drill_reports}: not a directory")
     try:
+        target = OutputDirectory(out, "--out", force)
+    except OutputError as exc:
+        _fail(str(exc))
+    try:
         review = collect(
             day=day,
             quarter=quarter or quarter_of(day),
@@ -78,10 +87,11 @@ def command(
     except (ReviewError, PolicyPackError, PreviewError) as exc:
         _fail(str(exc))
     document = review.to_json()
-    out.mkdir(parents=True, exist_ok=True)
+    target.clear()
     (out / "review.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     (out / "review.md").write_text(markdown(document))
     (out / "review.html").write_text(page(document))
+    target.record(out / name for name in ("review.json", "review.md", "review.html"))
     typer.echo(
         f"Review {review.quarter}: {len(review.mandatory)} mandatory problems, "
         f"{len(review.flags)} flags; {out}/review.html, review.md, review.json"

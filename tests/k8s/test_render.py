@@ -16,6 +16,7 @@ from stack_files import REPO_ROOT, stack_values
 from components.config import load_config
 from components.k8s import monitoring
 from components.k8s.jobs import MAX_LOCAL_RANKS, metrics_ports
+from spotctl.outputs import LEDGER
 from spotctl.render import KUBERNETES_VERSION, Rendered, validate
 
 PROD = load_config(stack_values("prod"))
@@ -347,12 +348,14 @@ def test_strict_validation_catches_a_misspelt_field() -> None:
 
 def test_cli_renders_and_validates_dev(tmp_path: Path, shared_schemas: Path) -> None:
     spotctl = str(Path(sys.executable).parent / "spotctl")
-    # Left over from an earlier render (a removed object) and a file of the user's own.
+    # Left over from an earlier render (a removed object, in the render's ledger) and a file of
+    # the user's own, which only --force writes beside.
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "stale.yaml").write_text("kind: Gone\n")
+    (tmp_path / LEDGER).write_text("manifests/stale.yaml\n")
     (tmp_path / "notes.txt").write_text("mine")
     result = subprocess.run(
-        [spotctl, "render", "--stack", "dev", "--out", str(tmp_path), "--validate"]
+        [spotctl, "render", "--stack", "dev", "--out", str(tmp_path), "--validate", "--force"]
         + ["--crds", str(shared_schemas)],
         capture_output=True,
         text=True,
