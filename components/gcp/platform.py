@@ -49,6 +49,12 @@ from components.gcp.nodepools import (
 from components.gcp.observability import Observability, ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
 from components.gcp.registry import ImageRepository, ImageRepositoryArgs
+from components.gcp.services import (
+    PLATFORM_APIS,
+    SCHEDULER_API,
+    ProjectServices,
+    ProjectServicesArgs,
+)
 from components.gcp.storage import CheckpointBucket, CheckpointBucketArgs
 from components.platform import Platform
 from components.pools import PoolSpec, class_pools
@@ -63,8 +69,25 @@ def build_gcp(settings: StackConfig) -> Platform:
     stack; the Kubernetes layer gets them as one `Platform`."""
     gcp_config, env, project = settings.gcp, settings.environment, settings.gcp.project
     labels = cost_tags(settings.cost_tags, env)
-    provider = gcp.Provider("gcp", project=project, region=settings.region, default_labels=labels)
-    opts = pulumi.ResourceOptions(providers=[provider])
+    # Calls bill to the project itself, not to the caller's ADC quota project (Cloud Quotas
+    # refuses user credentials without one).
+    provider = gcp.Provider(
+        "gcp",
+        project=project,
+        region=settings.region,
+        default_labels=labels,
+        billing_project=project,
+        user_project_override=True,
+    )
+    services = ProjectServices(
+        f"{env}-apis",
+        ProjectServicesArgs(
+            project=project,
+            services=(*PLATFORM_APIS, *([SCHEDULER_API] if gcp_config.buffer_pool else [])),
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    )
+    opts = pulumi.ResourceOptions(providers=[provider], depends_on=[services])
 
     nodes = NodeServiceAccount(
         f"{env}-nodes",

@@ -644,7 +644,8 @@ def test_alerts_notify_by_email_and_link_their_runbook(prod: Preview):
     (preemptions,) = [p for p in policies if p.name.endswith("SpotPreemptionsHigh")]
     threshold = preemptions.inputs["conditions"][0]["conditionThreshold"]
     assert metric.outputs["name"] in threshold["filter"]
-    assert threshold["thresholdValue"] == PROD.gcp.alarms.preemptions_per_hour
+    # COMPARISON_GT on a whole hourly count: above N - 1 pages at N.
+    assert threshold["thresholdValue"] == PROD.gcp.alarms.preemptions_per_hour - 1
 
 
 def test_dashboard_shows_preemptions_pool_sizes_gpu_use_and_checkpoint_age(prod: Preview):
