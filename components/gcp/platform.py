@@ -62,6 +62,8 @@ from components.tags import cost_tags
 
 # The annotation that lets a Kubernetes service account act as a Google service account.
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
+# The cluster autoscaler's "never evict this pod to scale its node down".
+SAFE_TO_EVICT_FALSE = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
 
 
 def build_gcp(settings: StackConfig) -> Platform:
@@ -346,6 +348,8 @@ def build_gcp(settings: StackConfig) -> Platform:
                 name, compute_classes, pulumi.ResourceOptions.merge(opts, pools_ready)
             )
         },
+        # The cluster autoscaler never scales down a node under a running training pod.
+        training_pod_annotations=SAFE_TO_EVICT_FALSE,
         # GKE installs the NVIDIA driver and runs the device plugin on its GPU nodes.
         needs_device_plugin=False,
         needs_dcgm_exporter=False,
