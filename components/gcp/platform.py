@@ -47,7 +47,7 @@ from components.gcp.nodepools import (
     class_pool_name,
 )
 from components.gcp.observability import Observability, ObservabilityArgs
-from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
+from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs, all_regions_needs
 from components.gcp.registry import ImageRepository, ImageRepositoryArgs
 from components.gcp.services import (
     PLATFORM_APIS,
@@ -245,6 +245,8 @@ def build_gcp(settings: StackConfig) -> Platform:
             project=project,
             region=settings.region,
             gpus=gcp_config.spot_gpu_quota,
+            # Filed with the regional requests: a stack that files none manages quotas itself.
+            all_regions=all_regions_needs(settings) if gcp_config.spot_gpu_quota else {},
             contact_email=next(iter(settings.alerts.emails), None),
         ),
         opts=opts,

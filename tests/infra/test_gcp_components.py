@@ -598,7 +598,11 @@ def test_each_teams_engineers_edit_only_their_namespace_and_log_readers_view(pro
 
 
 def test_spot_gpu_quota_preferences(prod: Preview, dev: Preview):
-    preferences = prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
+    preferences = [
+        p
+        for p in prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
+        if p.inputs["quotaId"].startswith("PREEMPTIBLE-")
+    ]
     assert {
         p.inputs["quotaId"]: p.inputs["quotaConfig"]["preferredValue"] for p in preferences
     } == {
@@ -614,6 +618,31 @@ def test_spot_gpu_quota_preferences(prod: Preview, dev: Preview):
         assert preference.inputs["dimensions"] == {"region": PROD.region}
         assert preference.inputs["contactEmail"] == PROD.alerts.emails[0]
     assert dev.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference") == []
+
+
+def test_all_regions_gpu_and_cpu_quotas_cover_the_pools_at_their_maxima(prod: Preview):
+    """New projects start with GPUS-ALL-REGIONS at 0 or 1 and CPUS-ALL-REGIONS below one
+    a3-highgpu-8g (Compute Engine, "Allocation quotas"), whatever the regional Spot quotas say."""
+    preferences = {
+        p.inputs["quotaId"]: p
+        for p in prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
+        if "ALL-REGIONS" in p.inputs["quotaId"]
+    }
+    # gcp-prod: L4 96 spot + 16 on-demand, H100 64 + 16, the buffer's two g2-standard-48 (four
+    # L4s each) in two zones.
+    gpus = 96 + 16 + 64 + 16 + 2 * 2 * 4
+    # At the most vCPUs per GPU of each class (g2-standard-32: 32; a3-highgpu-8g: 208 / 8), the
+    # stable pool's 2 n2-standard-8 in each of 3 zones, the buffer's 4 g2-standard-48.
+    vcpus = (96 + 16) * 32 + (64 + 16) * 26 + 2 * 3 * 8 + 4 * 48
+    assert {
+        quota: int(p.inputs["quotaConfig"]["preferredValue"]) for quota, p in preferences.items()
+    } == {
+        "GPUS-ALL-REGIONS-per-project": gpus,
+        "CPUS-ALL-REGIONS-per-project": vcpus,
+    }
+    for preference in preferences.values():
+        assert "dimensions" not in preference.inputs, "project-wide: no region"
+        assert preference.inputs["contactEmail"] == PROD.alerts.emails[0]
 
 
 def test_preemptions_are_counted_from_the_audit_log(prod: Preview):
