@@ -64,8 +64,17 @@ def gke_version_key(version: str) -> tuple[int, int, int, int]:
     return 1, int(minor), int(patch or 0), int(build or 0)
 
 
-def extended_grace_supported(version: str) -> bool:
-    return gke_version_key(version) >= gke_version_key(EXTENDED_GRACE_VERSION)
+def extended_grace_supported(version: str, *, new_cluster: bool) -> bool:
+    """Whether a cluster of this version may give Spot nodes more than 30 s of shutdown grace.
+
+    A new cluster asked for a bare minor gets the minor's highest patch GKE offers (the GKE API's
+    `initialClusterVersion`: "1.X" picks the highest valid patch), which is never older than a
+    patch already released: the minor alone decides. An existing cluster's nodes may run any
+    patch of its minor, so only its exact version does."""
+    key, needed = gke_version_key(version), gke_version_key(EXTENDED_GRACE_VERSION)
+    if new_cluster and "-gke." not in version:
+        return key[:2] >= needed[:2]
+    return key >= needed
 
 
 def gcs_bucket_name_problem(name: str) -> str | None:
@@ -148,8 +157,10 @@ class NewGkeCluster(Model):
     version: str = Field(
         default=GKE_VERSION,
         pattern=GKE_VERSION_PATTERN,
-        description="Lowest control-plane version (the channel upgrades from there); it decides "
-        "how much shutdown grace a Spot pool may have.",
+        description="Minor the cluster starts on, e.g. '1.35' (GKE picks its newest patch in the "
+        "channel, which upgrades from there); an exact patch only if you must, since GKE "
+        "withdraws old patches for new clusters. It decides how much shutdown grace a Spot pool "
+        "may have.",
     )
     network: GkeNetwork = Field(default_factory=GkeNetwork)
     authorized_networks: list[AuthorizedNetwork] = Field(
@@ -181,6 +192,10 @@ class GkeClusterConfig(CreateOrAttach):
     @property
     def version(self) -> str:
         return (self.create or self.existing).version
+
+    @property
+    def extended_grace_supported(self) -> bool:
+        return extended_grace_supported(self.version, new_cluster=self.create is not None)
 
 
 class StablePoolConfig(Model):
@@ -366,11 +381,18 @@ class GcpConfig(Model):
         if (
             cluster is not None
             and value.seconds > DEFAULT_SHUTDOWN_GRACE_SECONDS
-            and not extended_grace_supported(cluster.version)
+            and not cluster.extended_grace_supported
         ):
+            existing_minor = cluster.existing is not None and "-gke." not in cluster.version
             raise ValueError(
                 f"seconds {value.seconds} needs GKE {EXTENDED_GRACE_VERSION} or later; cluster "
                 f"version {cluster.version!r} allows at most {DEFAULT_SHUTDOWN_GRACE_SECONDS}"
+                + (
+                    " (the nodes of an existing cluster may run any patch of its minor: set "
+                    "gcp.cluster.existing.version to their exact version)"
+                    if existing_minor
+                    else ""
+                )
             )
         return value
 
