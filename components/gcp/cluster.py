@@ -39,6 +39,8 @@ class ClusterArgs:
     create: NewGkeCluster | None = None
     existing: ExistingGkeCluster | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # RoleBindings name Google Groups: an attached cluster must run Google Groups for RBAC.
+    rbac_groups: bool = False
 
     def __post_init__(self) -> None:
         if (self.create is None) == (self.existing is None):
@@ -199,6 +201,10 @@ class Cluster(pulumi.ComponentResource):
         self.certificate_authority = found.master_auths.apply(
             lambda auths: auths[0].cluster_ca_certificate
         )
+        if args.rbac_groups:
+            found.authenticator_groups_configs.apply(
+                lambda configs, cluster=existing.name: _require_groups_for_rbac(configs, cluster)
+            )
         # Training identities bind through Workload Identity: without it no pod reaches GCS.
         self.workload_pool = found.workload_identity_configs.apply(
             lambda configs, cluster=existing.name: _require_pool(configs, pool, cluster)
@@ -208,6 +214,15 @@ class Cluster(pulumi.ComponentResource):
 def workload_pool(project: str) -> str:
     """The Workload Identity pool of a project's GKE clusters."""
     return f"{project}.svc.id.goog"
+
+
+def _require_groups_for_rbac(configs: list | None, cluster: str) -> None:
+    if not any(c.security_group for c in configs or []):
+        pulumi.log.error(
+            f"gcp.cluster.existing: cluster {cluster!r} does not run Google Groups for RBAC, so "
+            "the team namespaces' RoleBindings to Google Groups match no one; enable it (gcloud "
+            "container clusters update --security-group=gke-security-groups@<your domain>)"
+        )
 
 
 def _require_pool(configs: list, pool: str, cluster: str) -> str:

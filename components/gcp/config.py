@@ -317,6 +317,13 @@ class Groups(Model):
         "Groups for RBAC); they are ML engineers of the project too.",
     )
 
+    @property
+    def rbac_groups(self) -> list[str]:
+        """The Google Groups that RoleBindings in the team namespaces name (log readers view,
+        team engineers edit)."""
+        bound = [*self.log_reader, *(m for ms in self.team_engineers.values() for m in ms)]
+        return [m for m in dict.fromkeys(bound) if m.startswith("group:")]
+
 
 class SmtpRelay(Model):
     """Where Alertmanager hands its email (GCP has no message service it can publish to): a
@@ -393,6 +400,21 @@ class GcpConfig(Model):
                     if existing_minor
                     else ""
                 )
+            )
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _groups_reach_rbac(cls, value: Groups, info: ValidationInfo) -> Groups:
+        """GKE matches a RoleBinding's Group subject only through Google Groups for RBAC: the
+        cluster names the domain's gke-security-groups, whose members the groups must be."""
+        cluster, bound = info.data.get("cluster"), value.rbac_groups
+        create = cluster.create if cluster is not None else None
+        if bound and create is not None and create.rbac_security_group is None:
+            raise ValueError(
+                f"RoleBindings name Google Groups ({', '.join(bound)}), which GKE matches only "
+                "with Google Groups for RBAC: set gcp.cluster.create.rbac_security_group to "
+                "gke-security-groups@<your domain>, with these groups as its members"
             )
         return value
 

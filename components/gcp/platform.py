@@ -106,6 +106,7 @@ def build_gcp(settings: StackConfig) -> Platform:
             create=gcp_config.cluster.create,
             existing=gcp_config.cluster.existing,
             labels=labels,
+            rbac_groups=bool(gcp_config.groups.rbac_groups),
         ),
         opts=opts,
     )

@@ -166,6 +166,15 @@ def test_attached_cluster_without_workload_identity_fails_the_preview(tmp_path):
         preview_program(program, "test")
 
 
+def test_attached_cluster_without_groups_for_rbac_fails_a_stack_that_binds_groups(program_copy):
+    """GKE matches RoleBindings to Google Groups only on a cluster with Google Groups for RBAC
+    (GKE, "Configure Google Groups for RBAC"); the engine's cluster has none configured."""
+    values = stack_values("gcp-dev")
+    values["gcp"]["groups"]["team_engineers"] = {"vision": ["group:ml-vision@example.com"]}
+    with pytest.raises(PreviewError, match="does not run Google Groups for RBAC"):
+        preview_program(program_copy("gcp-dev", values), "gcp-dev")
+
+
 # --- node pools
 
 

@@ -147,6 +147,14 @@ def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
             "groups.team_engineers names teams ['robotics'] that are not in teams[].name",
         ),
         (
+            changed("gcp.cluster.create.rbac_security_group", None),
+            "gcp.groups",
+            "RoleBindings name Google Groups (group:auditors@example.com, "
+            "group:security@example.com, group:ml-vision@example.com, "
+            "group:ml-language@example.com), which GKE matches only with Google Groups for RBAC: "
+            "set gcp.cluster.create.rbac_security_group to gke-security-groups@<your domain>",
+        ),
+        (
             changed("gcp.project", "Spot_Training"),
             "gcp.project",
             "does not match",
