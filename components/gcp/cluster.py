@@ -58,6 +58,8 @@ class Cluster(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]
     certificate_authority: pulumi.Output[str]
     workload_pool: pulumi.Output[str]
+    # Cloud NAT's static egress addresses of a created cluster's VPC (none for an attached one).
+    nat_addresses: list[pulumi.Output[str]]
     kubeconfig: pulumi.Output[str]
 
     def __init__(
@@ -175,6 +177,7 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[secrets_key.grant]),
         )
         self.name, self.location = cluster.name, cluster.location
+        self.nat_addresses = network.nat_addresses
         self.workload_pool = cluster.workload_identity_config.apply(
             lambda config: config.workload_pool
         )
@@ -197,6 +200,7 @@ class Cluster(pulumi.ComponentResource):
             opts=invoke_options(self, opts),
         )
         self.name, self.location = found.name, pulumi.Output.from_input(args.region)
+        self.nat_addresses = []
         self.endpoint = found.endpoint
         self.certificate_authority = found.master_auths.apply(
             lambda auths: auths[0].cluster_ca_certificate

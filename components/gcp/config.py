@@ -102,6 +102,13 @@ class GkeNetwork(Model):
     control_plane_cidr: str = Field(
         default="172.16.0.0/28", description="/28 for the control plane's private endpoint."
     )
+    nat_addresses: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Static external addresses Cloud NAT leaves through (about 1,000 nodes "
+        "each at 64 ports a node); allowlist them at the SMTP relay.",
+    )
 
     @field_validator("nodes_cidr", "pods_cidr", "services_cidr", "control_plane_cidr")
     @classmethod

@@ -273,6 +273,9 @@ def build_gcp(settings: StackConfig) -> Platform:
     )
     pulumi.export("preemption_metric", observability.preemption_metric)
     pulumi.export("image_repository", repository.url)
+    if cluster.nat_addresses:
+        # Alert mail leaves through these: the SMTP relay must allow them.
+        pulumi.export("nat_addresses", cluster.nat_addresses)
     pulumi.export(
         "node_pools",
         {

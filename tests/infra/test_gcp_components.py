@@ -70,6 +70,12 @@ def test_subnet_has_pod_and_service_ranges_and_nat_egress(prod: Preview):
     assert nat.inputs["subnetworks"] == [
         {"name": subnet.id, "sourceIpRangesToNats": ["ALL_IP_RANGES"]}
     ]
+    # Static egress addresses an SMTP relay can allowlist (auto-allocated ones change).
+    addresses = prod.of_type("gcp:compute/address:Address")
+    assert len(addresses) == PROD.gcp.cluster.create.network.nat_addresses == 2
+    assert nat.inputs["natIpAllocateOption"] == "MANUAL_ONLY"
+    assert nat.inputs["natIps"] == [a.outputs["selfLink"] for a in addresses]
+    assert {a.inputs["addressType"] for a in addresses} == {"EXTERNAL"}
 
 
 def test_cluster_is_regional_private_and_runs_workload_identity_and_dataplane_v2(prod: Preview):
