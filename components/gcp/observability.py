@@ -30,6 +30,9 @@ NODE_POOL_LABEL = 'metadata.user_labels."goog-k8s-node-pool-name"'
 CLUSTER_LABEL = 'metadata.user_labels."goog-k8s-cluster-name"'
 # The runtime's gauge, scraped by Managed Service for Prometheus.
 CHECKPOINT_AGE_QUERY = "max by (namespace) (spotsafe_checkpoint_age_seconds)"
+# GKE's DCGM component writes the exporter's metrics to Managed Service for Prometheus, where
+# PromQL reads them with the cluster as a label.
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 # What the Monitoring API accepts as a metric threshold's comparison.
 THRESHOLD_COMPARISONS = ("COMPARISON_GT", "COMPARISON_LT")
 # The API's answer while a new metric is not yet visible; it says this takes up to 10 minutes.
@@ -204,6 +207,13 @@ class Observability(pulumi.ComponentResource):
         )
 
 
+def gpu_idle_share_query(cluster_name: pulumi.Input[str]) -> pulumi.Output[str]:
+    """PromQL: the share of the cluster's GPUs under 5 % busy, as the in-cluster dashboard
+    computes it where the DCGM exporter runs in the cluster."""
+    series = pulumi.Output.concat(DCGM_GPU_UTIL, '{cluster="', cluster_name, '"}')
+    return pulumi.Output.concat("count(", series, " < 5) / count(", series, ")")
+
+
 def _chart(title: str, query: dict, x: int, y: int) -> dict:
     return {
         "xPos": x,
@@ -286,6 +296,12 @@ def dashboard_body(
                     {"prometheusQuery": CHECKPOINT_AGE_QUERY},
                     24,
                     16,
+                ),
+                _chart(
+                    "Accelerator idle share (DCGM: GPUs under 5 % busy)",
+                    {"prometheusQuery": gpu_idle_share_query(cluster_name)},
+                    0,
+                    32,
                 ),
             ],
         },

@@ -39,6 +39,7 @@ from components.gcp.iam import (
     account_id,
     role_id,
 )
+from components.gcp.managed_prometheus import TrainingPodMonitoring, TrainingPodMonitoringArgs
 from components.gcp.nodepools import (
     GkeClassPool,
     GkeClassPoolArgs,
@@ -313,6 +314,9 @@ def build_gcp(settings: StackConfig) -> Platform:
         ),
         active_migration=gcp_config.active_migration,
     )
+    largest_gpu_machine = max(
+        (machines[t].gpus for c in settings.gpu_classes for t in c.instance_types), default=1
+    )
     # A ComputeClass names its pools: it comes once they exist.
     class_pools_built = [*gpu_pools.values(), *([buffer_pool] if buffer_pool else [])]
     pools_ready = pulumi.ResourceOptions(depends_on=class_pools_built)
@@ -352,7 +356,10 @@ def build_gcp(settings: StackConfig) -> Platform:
         addons={
             "compute-classes": lambda name, opts: ComputeClasses(
                 name, compute_classes, pulumi.ResourceOptions.merge(opts, pools_ready)
-            )
+            ),
+            "managed-prometheus": lambda name, opts: TrainingPodMonitoring(
+                name, TrainingPodMonitoringArgs(local_ranks=largest_gpu_machine), opts
+            ),
         },
         # The cluster autoscaler never scales down a node under a running training pod.
         training_pod_annotations=SAFE_TO_EVICT_FALSE,

@@ -28,6 +28,9 @@ class DashboardArgs:
     spot_gpu_hour_usd: float
     # Labels Grafana's dashboard sidecar selects ConfigMaps by.
     sidecar_labels: dict[str, str] = field(default_factory=lambda: {"grafana_dashboard": "1"})
+    # Whether the in-cluster Prometheus has the DCGM exporter's metrics; on GKE they go to
+    # Managed Service for Prometheus, and the stack's Cloud Monitoring dashboard shows them.
+    in_cluster_gpu_metrics: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.spot_gpu_hour_usd <= self.on_demand_gpu_hour_usd:
@@ -50,6 +53,21 @@ def _panel(
             {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
             for i, (expr, legend) in enumerate(targets)
         ],
+    }
+
+
+def _managed_gpu_metrics_note(x: int, y: int) -> dict:
+    """Where the accelerator panels are when the cloud collects DCGM metrics itself."""
+    return {
+        "type": "text",
+        "title": "Accelerator idle share",
+        "gridPos": {"x": x, "y": y, "w": 12, "h": 8},
+        "options": {
+            "mode": "markdown",
+            "content": "This cluster's DCGM metrics go to the cloud's managed Prometheus (GKE: "
+            "Managed Service for Prometheus), not to this Prometheus: see the accelerator idle "
+            "share on the stack's Cloud Monitoring dashboard.",
+        },
     }
 
 
@@ -89,7 +107,9 @@ def dashboard(args: DashboardArgs) -> dict:
             "percentunit",
             12,
             0,
-        ),
+        )
+        if args.in_cluster_gpu_metrics
+        else _managed_gpu_metrics_note(12, 0),
         _panel(
             "Pool utilisation (GPUs requested / allocatable)",
             [(f"{requested} / {allocatable}", f"{{{{{NODE_CAPACITY}}}}}")],

@@ -227,6 +227,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 namespace=MONITORING,
                 on_demand_gpu_hour_usd=s.monitoring.on_demand_gpu_hour_usd,
                 spot_gpu_hour_usd=s.monitoring.spot_gpu_hour_usd,
+                in_cluster_gpu_metrics=platform.needs_dcgm_exporter,
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[monitoring.namespace]),
         )

@@ -699,6 +699,13 @@ def test_dashboard_shows_preemptions_pool_sizes_gpu_use_and_checkpoint_age(prod:
         assert wanted in titles
     assert "spotsafe_checkpoint_age_seconds" in json.dumps(body)
     assert f'"{PROD.gcp.cluster.name}\\"' in json.dumps(body)
+    # GKE's DCGM metrics land in Managed Service for Prometheus, labelled with the cluster.
+    queries = [
+        t["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]
+        for t in body["mosaicLayout"]["tiles"]
+    ]
+    series = f'DCGM_FI_DEV_GPU_UTIL{{cluster="{PROD.gcp.cluster.name}"}}'
+    assert {"prometheusQuery": f"count({series} < 5) / count({series})"} in queries
 
 
 # --- the platform handed to the Kubernetes layer
