@@ -26,9 +26,11 @@ from components.gcp.iam import (
     prefix_condition,
 )
 from components.gcp.kms import ServiceKeyArgs
+from components.gcp.managed_prometheus import TrainingPodMonitoringArgs
 from components.gcp.nodepools import GkeClassPoolArgs, GkeNodePoolArgs
 from components.gcp.observability import ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotasArgs, preemptible_gpu_quota_id
+from components.gcp.services import ProjectServicesArgs
 from components.gcp.storage import CheckpointBucketArgs
 from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, PoolSpec, class_pools
 from spotctl.preview import PreviewError, preview_program
@@ -817,6 +819,22 @@ POOL = {
                 project="p", cluster_name="c", runbook_base_url="u", gpu_idle_percent=0
             ),
             "ObservabilityArgs.gpu_idle_percent: between 1 and 100",
+        ),
+        (
+            lambda: SpotGpuQuotasArgs(
+                project="p", region="r", all_regions={"GPUS-per-project": 8}, contact_email="e"
+            ),
+            "SpotGpuQuotasArgs.all_regions['GPUS-per-project']: 8 is not a positive value of "
+            "GPUS-ALL-REGIONS-per-project or CPUS-ALL-REGIONS-per-project",
+        ),
+        (
+            lambda: ProjectServicesArgs(project="p", services=["container"]),
+            "ProjectServicesArgs.services: ['container'] are not Google API names",
+        ),
+        (
+            lambda: TrainingPodMonitoringArgs(local_ranks=16),
+            "TrainingPodMonitoringArgs.local_ranks: 16 metrics ports; a ClusterPodMonitoring "
+            "scrapes 1-10",
         ),
     ],
 )
