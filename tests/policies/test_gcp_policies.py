@@ -278,3 +278,34 @@ def test_cost_labels_from_the_providers_default_labels(violations):
     assert violations("gcp-cost-labels-present", provider, key, policy) == [
         "'a' is missing cost label(s): team, env, capacity-type"
     ]
+
+
+@pytest.mark.parametrize(
+    ("case", "threshold", "expected"),
+    [
+        ("compliant", {"comparison": "COMPARISON_GT", "thresholdValue": 19}, []),
+        (
+            "violating: GE, which the Monitoring API refuses for a metric threshold",
+            {"comparison": "COMPARISON_GE", "thresholdValue": 20},
+            [
+                "'alerts' conditions[0].conditionThreshold.comparison is COMPARISON_GE; the "
+                "Monitoring API accepts only COMPARISON_GT or COMPARISON_LT for a metric threshold"
+            ],
+        ),
+        (
+            "missing",
+            {"thresholdValue": 20},
+            [
+                "'alerts' conditions[0].conditionThreshold.comparison is not set; the Monitoring "
+                "API accepts only COMPARISON_GT or COMPARISON_LT for a metric threshold"
+            ],
+        ),
+    ],
+)
+def test_alert_threshold_comparison(violations, case, threshold, expected):
+    policy = resource(
+        "gcp:monitoring/alertPolicy:AlertPolicy",
+        "alerts",
+        {"conditions": [{"conditionThreshold": threshold}]},
+    )
+    assert violations("monitoring-threshold-comparison", policy) == expected, case
