@@ -159,6 +159,9 @@ class _CrdLoader(yaml.SafeLoader):
 _CrdLoader.add_constructor(
     "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
 )
+# Templates that live beside the CRDs (Karpenter's CloudFormation template) use short-form
+# intrinsic tags (`!Sub`, `!GetAtt`); they are no CRDs, so their tagged values read as nothing.
+_CrdLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 # JSON Schemas of a whole object, by file name, for kinds whose CRD is the cluster's own and not
