@@ -33,8 +33,6 @@ CHECKPOINT_AGE_QUERY = "max by (namespace) (spotsafe_checkpoint_age_seconds)"
 # GKE's DCGM component writes the exporter's metrics to Managed Service for Prometheus, where
 # PromQL reads them with the cluster as a label.
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-# What the Monitoring API accepts as a metric threshold's comparison.
-THRESHOLD_COMPARISONS = ("COMPARISON_GT", "COMPARISON_LT")
 # The API's answer while a new metric is not yet visible; it says this takes up to 10 minutes.
 METRIC_NOT_YET_VISIBLE = re.compile(r"Cannot find metric\(s\)|metric referenced by the provided")
 METRIC_RETRY_SECONDS = 30

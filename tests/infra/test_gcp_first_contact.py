@@ -20,13 +20,15 @@ import pytest
 from dependency_graph import DependencyGraph
 
 from components.gcp import observability
-from components.gcp.observability import THRESHOLD_COMPARISONS, retry_until_metric_visible
+from components.gcp.observability import retry_until_metric_visible
 from spotctl.preview import PreviewResource
 
 CLUSTER = "gcp:container/cluster:Cluster"
 ALERT_POLICY = "gcp:monitoring/alertPolicy:AlertPolicy"
 SERVICE = "gcp:projects/service:Service"
 POOL_SUFFIX = ".svc.id.goog"
+# What the Monitoring API accepts as a metric threshold's comparison (MetricThreshold.comparison).
+THRESHOLD_COMPARISONS = ("COMPARISON_GT", "COMPARISON_LT")
 # The API each resource type calls (pulumi-gcp 10.x resource docs, "API documentation" links).
 API_OF_TYPE = {
     "gcp:compute/": "compute.googleapis.com",
