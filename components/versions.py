@@ -146,7 +146,7 @@ GKE_GPU_DRIVER_VERSION = "DEFAULT"
 
 # Pulumi SDK and providers: the ranges in pyproject.toml (a test keeps the two equal).
 PROVIDERS = {
-    "pulumi": ">=3.200,<4",
+    "pulumi": ">=3.250,<4",
     "pulumi-aws": ">=7.0,<8",
     "pulumi-gcp": ">=10.0,<11",
     "pulumi-kubernetes": ">=4.18,<5",

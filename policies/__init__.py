@@ -12,6 +12,7 @@ from policies import (
     cost_tags,
     exposure,
     gcp_iam,
+    gcp_monitoring,
     gcp_node_pools,
     gcp_storage,
     kubernetes,
@@ -28,6 +29,7 @@ ALL_POLICIES = [
     *kubernetes.POLICIES,
     *gcp_storage.POLICIES,
     *gcp_iam.POLICIES,
+    *gcp_monitoring.POLICIES,
     *gcp_node_pools.POLICIES,
     # Last: they read what the policies before them left to the waivers.
     *waiver_rules.POLICIES,

@@ -1,12 +1,15 @@
 """Identity on GCP: no long-lived keys (nodes and pods get short-lived tokens: node service
 accounts, Workload Identity Federation for GKE; a key file is a credential that never expires),
-and a workload's bucket access limited to its team's prefix."""
+a workload's bucket access limited to its team's prefix, and nothing that names the Workload
+Identity pool before the cluster that creates it."""
 
 from __future__ import annotations
 
+import json
 import re
 
-from policies.rule import MANDATORY, ResourceRule
+from policies.inputs import of_type
+from policies.rule import MANDATORY, ResourceRule, StackRule
 
 KEY_TYPES = {
     "gcp:serviceaccount/key:Key": "service account key",
@@ -51,6 +54,43 @@ def _check_prefix_scoped(args, report_violation, _settings) -> None:
         )
 
 
+CLUSTER = "gcp:container/cluster:Cluster"
+# A project's Workload Identity pool, as IAM members name it: PROJECT.svc.id.goog[ns/ksa].
+POOL = ".svc.id.goog"
+
+
+def _waits_for(resource, target) -> bool:
+    """Whether `resource` is created after `target`: through its dependencies or its parents'."""
+    seen, stack = set(), [resource]
+    while stack:
+        current = stack.pop()
+        if current.urn in seen:
+            continue
+        seen.add(current.urn)
+        if current.urn == target.urn and current is not resource:
+            return True
+        stack += [*(current.dependencies or []), *([current.parent] if current.parent else [])]
+    return False
+
+
+def _check_pool_after_cluster(args, report_violation, _settings) -> None:
+    clusters = of_type(args.resources, CLUSTER)
+    for resource in args.resources:
+        if resource.resource_type == CLUSTER:
+            continue
+        for field, value in (resource.props or {}).items():
+            if POOL not in json.dumps(value, default=str):
+                continue
+            for cluster in clusters:
+                if not _waits_for(resource, cluster):
+                    report_violation(
+                        f"'{resource.name}' {field} names a Workload Identity pool but does not "
+                        f"wait for cluster '{cluster.name}', which creates it: the first "
+                        "`pulumi up` fails with 'Identity Pool does not exist'",
+                        resource.urn,
+                    )
+
+
 POLICIES = [
     ResourceRule(
         "gcp-no-service-account-keys",
@@ -66,6 +106,15 @@ POLICIES = [
         "Each team's training identity may use only its own checkpoint prefix; an unconditioned "
         "grant reaches every team's checkpoints (counterpart of iam-workload-prefix-scoped).",
         _check_prefix_scoped,
+        MANDATORY,
+    ),
+    StackRule(
+        "gke-workload-pool-after-cluster",
+        "What names the Workload Identity pool (PROJECT.svc.id.goog) waits for the stack's GKE "
+        "clusters.",
+        "The pool exists only once the project's first Workload Identity cluster does; a "
+        "binding created earlier fails the first `pulumi up` on an empty project.",
+        _check_pool_after_cluster,
         MANDATORY,
     ),
 ]

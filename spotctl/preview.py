@@ -37,6 +37,8 @@ class PreviewResource:
     id: str | None = None  # physical id the mock engine assigned (None for components)
     # Inputs `pulumi up` leaves as they are once the resource exists (`ignore_changes`).
     ignore_changes: list[str] = field(default_factory=list)
+    # Names of the hooks that may retry a failed create or update (`hooks.on_error`).
+    error_hooks: list[str] = field(default_factory=list)
 
 
 class PreviewError(Exception):

@@ -460,6 +460,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 "dependencies": list(request.dependencies),
                 "provider": request.provider or None,
                 "ignore_changes": list(request.ignoreChanges),
+                "error_hooks": list(request.hooks.on_error),
             }
         )
         return response

@@ -44,13 +44,22 @@ def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) 
         location = "global" if resource == "Network" else f"regions/{state.get('region', region)}"
         if resource == "RouterNat":
             return f"{project}/{state.get('region', region)}/{state.get('router')}/{name}"
-        kind = {"Network": "networks", "Subnetwork": "subnetworks", "Router": "routers"}.get(
-            resource, resource.lower() + "s"
-        )
+        kind = {
+            "Network": "networks",
+            "Subnetwork": "subnetworks",
+            "Router": "routers",
+            "Address": "addresses",
+        }.get(resource, resource.lower() + "s")
         resource_id = f"projects/{project}/{location}/{kind}/{name}"
         state.update(selfLink=f"{COMPUTE}/{resource_id}", project=project)
         if resource == "Network":
             state["numericId"] = _digits(logical, 19)
+        if resource == "Address" and state.get("addressType", "EXTERNAL") == "EXTERNAL":
+            # An external address from Google's ranges, stable per logical name.
+            state.setdefault(
+                "address",
+                f"35.{int(_hex(logical, 2), 16) % 250 + 1}.7.{int(_hex(logical + 'a', 2), 16)}",
+            )
         if resource == "Subnetwork":
             network = ipaddress.ip_network(state.get("ipCidrRange", "10.0.0.0/24"))
             state.update(

@@ -2,6 +2,9 @@
 
 Either way the component exposes the same outputs: the cluster's name and location, its
 Workload Identity pool, and a kubeconfig for a pulumi_kubernetes Provider.
+
+The pool `PROJECT.svc.id.goog` exists only once the project's first Workload Identity cluster
+does, so the pool is an output of the cluster: whatever names it waits for the cluster.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from components.gcp.config import ExistingGkeCluster, NewGkeCluster
 from components.gcp.kms import ServiceKey, ServiceKeyArgs
 from components.gcp.network import PODS_RANGE, SERVICES_RANGE, Network, NetworkArgs
 from components.gcp.nodepools import locked_down_node
+from components.gcp.services import invoke_options
 from components.kubeconfig import exec_kubeconfig
 
 # gke-gcloud-auth-plugin mints short-lived tokens from the caller's gcloud credentials.
@@ -35,6 +39,8 @@ class ClusterArgs:
     create: NewGkeCluster | None = None
     existing: ExistingGkeCluster | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # RoleBindings name Google Groups: an attached cluster must run Google Groups for RBAC.
+    rbac_groups: bool = False
 
     def __post_init__(self) -> None:
         if (self.create is None) == (self.existing is None):
@@ -51,18 +57,20 @@ class Cluster(pulumi.ComponentResource):
     location: pulumi.Output[str]
     endpoint: pulumi.Output[str]
     certificate_authority: pulumi.Output[str]
-    workload_pool: str
+    workload_pool: pulumi.Output[str]
+    # Cloud NAT's static egress addresses of a created cluster's VPC (none for an attached one).
+    nat_addresses: list[pulumi.Output[str]]
     kubeconfig: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:gcp:Cluster", name, None, opts)
-        self.workload_pool = f"{args.project}.svc.id.goog"
+        pool = workload_pool(args.project)
         if args.create is not None:
-            self._create(name, args, args.create)
+            self._create(name, args, args.create, pool, opts)
         else:
-            self._attach(args, args.existing)
+            self._attach(args, args.existing, pool, opts)
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(self.name, self.endpoint, self.certificate_authority).apply(
                 lambda values: exec_kubeconfig(
@@ -80,7 +88,14 @@ class Cluster(pulumi.ComponentResource):
             }
         )
 
-    def _create(self, name: str, args: ClusterArgs, create: NewGkeCluster) -> None:
+    def _create(
+        self,
+        name: str,
+        args: ClusterArgs,
+        create: NewGkeCluster,
+        pool: str,
+        opts: pulumi.ResourceOptions | None,
+    ) -> None:
         child = pulumi.ResourceOptions(parent=self)
         network = Network(
             f"{name}-network",
@@ -88,7 +103,7 @@ class Cluster(pulumi.ComponentResource):
             opts=child,
         )
         project = gcp.organizations.get_project_output(
-            project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+            project_id=args.project, opts=invoke_options(self, opts)
         )
         # The GKE service agent encrypts Secrets at rest with this key (envelope encryption).
         secrets_key = ServiceKey(
@@ -121,7 +136,7 @@ class Cluster(pulumi.ComponentResource):
             remove_default_node_pool=True,
             initial_node_count=1,
             node_config=locked_down_node(args.node_service_account),
-            workload_identity_config={"workload_pool": self.workload_pool},
+            workload_identity_config={"workload_pool": pool},
             # Dataplane V2 enforces NetworkPolicy itself (no Calico add-on).
             datapath_provider="ADVANCED_DATAPATH",
             ip_allocation_policy={
@@ -162,35 +177,63 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[secrets_key.grant]),
         )
         self.name, self.location = cluster.name, cluster.location
+        self.nat_addresses = network.nat_addresses
+        self.workload_pool = cluster.workload_identity_config.apply(
+            lambda config: config.workload_pool
+        )
         self.endpoint = cluster.endpoint
         self.certificate_authority = cluster.master_auth.apply(
             lambda auth: auth.cluster_ca_certificate
         )
 
-    def _attach(self, args: ClusterArgs, existing: ExistingGkeCluster) -> None:
+    def _attach(
+        self,
+        args: ClusterArgs,
+        existing: ExistingGkeCluster,
+        pool: str,
+        opts: pulumi.ResourceOptions | None,
+    ) -> None:
         found = gcp.container.get_cluster_output(
             name=existing.name,
             location=args.region,
             project=args.project,
-            opts=pulumi.InvokeOutputOptions(parent=self),
+            opts=invoke_options(self, opts),
         )
         self.name, self.location = found.name, pulumi.Output.from_input(args.region)
+        self.nat_addresses = []
         self.endpoint = found.endpoint
         self.certificate_authority = found.master_auths.apply(
             lambda auths: auths[0].cluster_ca_certificate
         )
-        # Training identities bind through Workload Identity: without it no pod reaches GCS.
-        found.workload_identity_configs.apply(
-            lambda configs, pool=self.workload_pool, cluster=existing.name: _require_pool(
-                configs, pool, cluster
+        if args.rbac_groups:
+            found.authenticator_groups_configs.apply(
+                lambda configs, cluster=existing.name: _require_groups_for_rbac(configs, cluster)
             )
+        # Training identities bind through Workload Identity: without it no pod reaches GCS.
+        self.workload_pool = found.workload_identity_configs.apply(
+            lambda configs, cluster=existing.name: _require_pool(configs, pool, cluster)
         )
 
 
-def _require_pool(configs: list, pool: str, cluster: str) -> None:
+def workload_pool(project: str) -> str:
+    """The Workload Identity pool of a project's GKE clusters."""
+    return f"{project}.svc.id.goog"
+
+
+def _require_groups_for_rbac(configs: list | None, cluster: str) -> None:
+    if not any(c.security_group for c in configs or []):
+        pulumi.log.error(
+            f"gcp.cluster.existing: cluster {cluster!r} does not run Google Groups for RBAC, so "
+            "the team namespaces' RoleBindings to Google Groups match no one; enable it (gcloud "
+            "container clusters update --security-group=gke-security-groups@<your domain>)"
+        )
+
+
+def _require_pool(configs: list, pool: str, cluster: str) -> str:
     pools = [c.workload_pool for c in configs or []]
     if pool not in pools:
         pulumi.log.error(
             f"gcp.cluster.existing: cluster {cluster!r} has no Workload Identity pool {pool!r}; "
             "enable Workload Identity on it (gcloud container clusters update --workload-pool)"
         )
+    return pool

@@ -73,8 +73,17 @@ def gke_version_key(version: str) -> tuple[int, int, int, int]:
     return 1, int(minor), int(patch or 0), int(build or 0)
 
 
-def extended_grace_supported(version: str) -> bool:
-    return gke_version_key(version) >= gke_version_key(EXTENDED_GRACE_VERSION)
+def extended_grace_supported(version: str, *, new_cluster: bool) -> bool:
+    """Whether a cluster of this version may give Spot nodes more than 30 s of shutdown grace.
+
+    A new cluster asked for a bare minor gets the minor's highest patch GKE offers (the GKE API's
+    `initialClusterVersion`: "1.X" picks the highest valid patch), which is never older than a
+    patch already released: the minor alone decides. An existing cluster's nodes may run any
+    patch of its minor, so only its exact version does."""
+    key, needed = gke_version_key(version), gke_version_key(EXTENDED_GRACE_VERSION)
+    if new_cluster and "-gke." not in version:
+        return key[:2] >= needed[:2]
+    return key >= needed
 
 
 def gcs_bucket_name_problem(name: str) -> str | None:
@@ -101,6 +110,13 @@ class GkeNetwork(Model):
     services_cidr: str = Field(default="10.20.0.0/20", description="Secondary range, Services.")
     control_plane_cidr: str = Field(
         default="172.16.0.0/28", description="/28 for the control plane's private endpoint."
+    )
+    nat_addresses: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Static external addresses Cloud NAT leaves through (about 1,000 nodes "
+        "each at 64 ports a node); allowlist them at the SMTP relay.",
     )
 
     @field_validator("nodes_cidr", "pods_cidr", "services_cidr", "control_plane_cidr")
@@ -170,8 +186,10 @@ class NewGkeCluster(Model):
     version: str = Field(
         default=GKE_VERSION,
         pattern=GKE_VERSION_PATTERN,
-        description="Lowest control-plane version (the channel upgrades from there); it decides "
-        "how much shutdown grace a Spot pool may have.",
+        description="Minor the cluster starts on, e.g. '1.35' (GKE picks its newest patch in the "
+        "channel, which upgrades from there); an exact patch only if you must, since GKE "
+        "withdraws old patches for new clusters. It decides how much shutdown grace a Spot pool "
+        "may have.",
     )
     network: GkeNetwork = Field(default_factory=GkeNetwork)
     authorized_networks: list[AuthorizedNetwork] = Field(
@@ -203,6 +221,10 @@ class GkeClusterConfig(CreateOrAttach):
     @property
     def version(self) -> str:
         return (self.create or self.existing).version
+
+    @property
+    def extended_grace_supported(self) -> bool:
+        return extended_grace_supported(self.version, new_cluster=self.create is not None)
 
 
 class StablePoolConfig(Model):
@@ -326,6 +348,13 @@ class Groups(Model):
         "Groups for RBAC); they are ML engineers of the project too.",
     )
 
+    @property
+    def rbac_groups(self) -> list[str]:
+        """The Google Groups that RoleBindings in the team namespaces name (log readers view,
+        team engineers edit)."""
+        bound = [*self.log_reader, *(m for ms in self.team_engineers.values() for m in ms)]
+        return [m for m in dict.fromkeys(bound) if m.startswith("group:")]
+
 
 class SmtpRelay(Model):
     """Where Alertmanager hands its email (GCP has no message service it can publish to): a
@@ -408,11 +437,33 @@ class GcpConfig(Model):
         if (
             cluster is not None
             and value.seconds > DEFAULT_SHUTDOWN_GRACE_SECONDS
-            and not extended_grace_supported(cluster.version)
+            and not cluster.extended_grace_supported
         ):
+            existing_minor = cluster.existing is not None and "-gke." not in cluster.version
             raise ValueError(
                 f"seconds {value.seconds} needs GKE {EXTENDED_GRACE_VERSION} or later; cluster "
                 f"version {cluster.version!r} allows at most {DEFAULT_SHUTDOWN_GRACE_SECONDS}"
+                + (
+                    " (the nodes of an existing cluster may run any patch of its minor: set "
+                    "gcp.cluster.existing.version to their exact version)"
+                    if existing_minor
+                    else ""
+                )
+            )
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _groups_reach_rbac(cls, value: Groups, info: ValidationInfo) -> Groups:
+        """GKE matches a RoleBinding's Group subject only through Google Groups for RBAC: the
+        cluster names the domain's gke-security-groups, whose members the groups must be."""
+        cluster, bound = info.data.get("cluster"), value.rbac_groups
+        create = cluster.create if cluster is not None else None
+        if bound and create is not None and create.rbac_security_group is None:
+            raise ValueError(
+                f"RoleBindings name Google Groups ({', '.join(bound)}), which GKE matches only "
+                "with Google Groups for RBAC: set gcp.cluster.create.rbac_security_group to "
+                "gke-security-groups@<your domain>, with these groups as its members"
             )
         return value
 

@@ -199,7 +199,8 @@ class CheckpointWriterRole(pulumi.ComponentResource):
 class TeamTrainingIdentityArgs:
     project: str
     account_id: str
-    workload_pool: str
+    # The cluster's output, so the binding waits for the cluster that creates the pool.
+    workload_pool: pulumi.Input[str]
     namespace: str
     service_account: str
     bucket: pulumi.Input[str]
@@ -237,8 +238,10 @@ class TeamTrainingIdentity(pulumi.ComponentResource):
             f"{name}-workload-identity",
             service_account_id=account.name,
             role="roles/iam.workloadIdentityUser",
-            member=(
-                f"serviceAccount:{args.workload_pool}[{args.namespace}/{args.service_account}]"
+            member=pulumi.Output.concat(
+                "serviceAccount:",
+                args.workload_pool,
+                f"[{args.namespace}/{args.service_account}]",
             ),
             opts=child,
         )

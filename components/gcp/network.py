@@ -1,6 +1,10 @@
 """VPC for a new GKE cluster: one regional subnet for the nodes with secondary ranges for pods and
 services, Cloud NAT for egress (the nodes have no public addresses), and Private Google Access so
-checkpoint traffic to GCS stays on Google's network."""
+checkpoint traffic to GCS stays on Google's network.
+
+Cloud NAT leaves through reserved static addresses, not auto-allocated ones that change as NAT
+scales: an SMTP relay (alert mail) or any other allowlist can name them, and they are the stack's
+output `nat_addresses`."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ class NetworkArgs:
 class Network(pulumi.ComponentResource):
     network: pulumi.Output[str]
     subnetwork: pulumi.Output[str]
+    nat_addresses: list[pulumi.Output[str]]
 
     def __init__(
         self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None
@@ -64,12 +69,25 @@ class Network(pulumi.ComponentResource):
             network=vpc.id,
             opts=child,
         )
+        addresses = [
+            gcp.compute.Address(
+                f"{name}-nat-{index}",
+                project=args.project,
+                region=args.region,
+                address_type="EXTERNAL",
+                network_tier="PREMIUM",
+                description="Cloud NAT egress of the spot training cluster",
+                opts=child,
+            )
+            for index in range(args.addresses.nat_addresses)
+        ]
         gcp.compute.RouterNat(
             f"{name}-nat",
             project=args.project,
             region=args.region,
             router=router.name,
-            nat_ip_allocate_option="AUTO_ONLY",
+            nat_ip_allocate_option="MANUAL_ONLY",
+            nat_ips=[address.self_link for address in addresses],
             source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
             subnetworks=[
                 {"name": subnet.id, "source_ip_ranges_to_nats": ["ALL_IP_RANGES"]},
@@ -78,4 +96,11 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
         self.network, self.subnetwork = vpc.id, subnet.id
-        self.register_outputs({"network": self.network, "subnetwork": self.subnetwork})
+        self.nat_addresses = [address.address for address in addresses]
+        self.register_outputs(
+            {
+                "network": self.network,
+                "subnetwork": self.subnetwork,
+                "nat_addresses": self.nat_addresses,
+            }
+        )

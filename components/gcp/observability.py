@@ -1,9 +1,17 @@
 """Observability on GCP: a log-based metric of Spot preemptions, a Cloud Monitoring dashboard
 (preemptions, pool sizes, GPU utilisation, checkpoint age), alert policies that link their
-runbooks, and email notification channels."""
+runbooks, and email notification channels.
+
+Threshold conditions compare with COMPARISON_GT or COMPARISON_LT only: the Monitoring API
+refuses the others for metric thresholds. A log-based metric becomes visible to alert policies
+minutes after it is created (404 "Cannot find metric(s)"), so the policy on it retries its create
+through an error hook until the metric shows, as long as Monitoring says it may take.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from dataclasses import dataclass, field
 
 import pulumi
@@ -22,6 +30,22 @@ NODE_POOL_LABEL = 'metadata.user_labels."goog-k8s-node-pool-name"'
 CLUSTER_LABEL = 'metadata.user_labels."goog-k8s-cluster-name"'
 # The runtime's gauge, scraped by Managed Service for Prometheus.
 CHECKPOINT_AGE_QUERY = "max by (namespace) (spotsafe_checkpoint_age_seconds)"
+# GKE's DCGM component writes the exporter's metrics to Managed Service for Prometheus, where
+# PromQL reads them with the cluster as a label.
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+# The API's answer while a new metric is not yet visible; it says this takes up to 10 minutes.
+METRIC_NOT_YET_VISIBLE = re.compile(r"Cannot find metric\(s\)|metric referenced by the provided")
+METRIC_RETRY_SECONDS = 30
+METRIC_RETRIES = 24  # 12 minutes
+
+
+async def retry_until_metric_visible(args: pulumi.ErrorHookArgs) -> bool:
+    """Retry a policy's create while Monitoring does not yet know its new metric; any other
+    error, or one past the wait Monitoring announces, fails as usual."""
+    if len(args.errors) > METRIC_RETRIES or not METRIC_NOT_YET_VISIBLE.search(args.errors[0]):
+        return False
+    await asyncio.sleep(METRIC_RETRY_SECONDS)
+    return True
 
 
 @dataclass(frozen=True)
@@ -99,8 +123,10 @@ class Observability(pulumi.ComponentResource):
                 "reducer": "REDUCE_SUM",
                 "period": 3600,
                 "duration": 0,
-                "comparison": "COMPARISON_GE",
-                "threshold": args.preemptions_per_hour,
+                # The hourly sum is a whole number: above N - 1 is N or more.
+                "comparison": "COMPARISON_GT",
+                "threshold": args.preemptions_per_hour - 1,
+                "metric": metric,
             },
             "GpuIdleHigh": {
                 "why": f"GPUs sat more than {args.gpu_idle_percent}% idle for three hours",
@@ -115,7 +141,16 @@ class Observability(pulumi.ComponentResource):
             },
         }
         runbooks = f"{args.runbook_base_url.rstrip('/')}/{RUNBOOKS}"
+        metric_visible = pulumi.ErrorHook(f"{name}-metric-visible", retry_until_metric_visible)
         for alert_name, spec in alerts.items():
+            waits = (
+                pulumi.ResourceOptions(
+                    depends_on=[spec["metric"]],
+                    hooks=pulumi.ResourceHookBinding(on_error=[metric_visible]),
+                )
+                if "metric" in spec
+                else None
+            )
             runbook = f"{runbooks}/{alert_name}.md"
             gcp.monitoring.AlertPolicy(
                 f"{name}-{alert_name}",
@@ -149,7 +184,7 @@ class Observability(pulumi.ComponentResource):
                 },
                 notification_channels=channels,
                 user_labels=args.labels,
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, waits),
             )
         dashboard = gcp.monitoring.Dashboard(
             f"{name}-dashboard",
@@ -168,6 +203,13 @@ class Observability(pulumi.ComponentResource):
                 "notification_channels": channels,
             }
         )
+
+
+def gpu_idle_share_query(cluster_name: pulumi.Input[str]) -> pulumi.Output[str]:
+    """PromQL: the share of the cluster's GPUs under 5 % busy, as the in-cluster dashboard
+    computes it where the DCGM exporter runs in the cluster."""
+    series = pulumi.Output.concat(DCGM_GPU_UTIL, '{cluster="', cluster_name, '"}')
+    return pulumi.Output.concat("count(", series, " < 5) / count(", series, ")")
 
 
 def _chart(title: str, query: dict, x: int, y: int) -> dict:
@@ -252,6 +294,12 @@ def dashboard_body(
                     {"prometheusQuery": CHECKPOINT_AGE_QUERY},
                     24,
                     16,
+                ),
+                _chart(
+                    "Accelerator idle share (DCGM: GPUs under 5 % busy)",
+                    {"prometheusQuery": gpu_idle_share_query(cluster_name)},
+                    0,
+                    32,
                 ),
             ],
         },

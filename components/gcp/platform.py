@@ -39,6 +39,7 @@ from components.gcp.iam import (
     account_id,
     role_id,
 )
+from components.gcp.managed_prometheus import TrainingPodMonitoring, TrainingPodMonitoringArgs
 from components.gcp.nodepools import (
     GkeClassPool,
     GkeClassPoolArgs,
@@ -47,8 +48,14 @@ from components.gcp.nodepools import (
     class_pool_name,
 )
 from components.gcp.observability import Observability, ObservabilityArgs
-from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs
+from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs, all_regions_needs
 from components.gcp.registry import ImageRepository, ImageRepositoryArgs
+from components.gcp.services import (
+    PLATFORM_APIS,
+    SCHEDULER_API,
+    ProjectServices,
+    ProjectServicesArgs,
+)
 from components.gcp.storage import CheckpointBucket, CheckpointBucketArgs
 from components.platform import Platform
 from components.pools import PoolSpec, class_pools
@@ -56,6 +63,8 @@ from components.tags import cost_tags
 
 # The annotation that lets a Kubernetes service account act as a Google service account.
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
+# The cluster autoscaler's "never evict this pod to scale its node down".
+SAFE_TO_EVICT_FALSE = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
 
 
 def build_gcp(settings: StackConfig) -> Platform:
@@ -63,8 +72,25 @@ def build_gcp(settings: StackConfig) -> Platform:
     stack; the Kubernetes layer gets them as one `Platform`."""
     gcp_config, env, project = settings.gcp, settings.environment, settings.gcp.project
     labels = cost_tags(settings.cost_tags, env)
-    provider = gcp.Provider("gcp", project=project, region=settings.region, default_labels=labels)
-    opts = pulumi.ResourceOptions(providers=[provider])
+    # Calls bill to the project itself, not to the caller's ADC quota project (Cloud Quotas
+    # refuses user credentials without one).
+    provider = gcp.Provider(
+        "gcp",
+        project=project,
+        region=settings.region,
+        default_labels=labels,
+        billing_project=project,
+        user_project_override=True,
+    )
+    services = ProjectServices(
+        f"{env}-apis",
+        ProjectServicesArgs(
+            project=project,
+            services=(*PLATFORM_APIS, *([SCHEDULER_API] if gcp_config.buffer_pool else [])),
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    )
+    opts = pulumi.ResourceOptions(providers=[provider], depends_on=[services])
 
     nodes = NodeServiceAccount(
         f"{env}-nodes",
@@ -81,6 +107,7 @@ def build_gcp(settings: StackConfig) -> Platform:
             create=gcp_config.cluster.create,
             existing=gcp_config.cluster.existing,
             labels=labels,
+            rbac_groups=bool(gcp_config.groups.rbac_groups),
         ),
         opts=opts,
     )
@@ -220,6 +247,8 @@ def build_gcp(settings: StackConfig) -> Platform:
             project=project,
             region=settings.region,
             gpus=gcp_config.spot_gpu_quota,
+            # Filed with the regional requests: a stack that files none manages quotas itself.
+            all_regions=all_regions_needs(settings) if gcp_config.spot_gpu_quota else {},
             contact_email=next(iter(settings.alerts.emails), None),
         ),
         opts=opts,
@@ -245,6 +274,9 @@ def build_gcp(settings: StackConfig) -> Platform:
     )
     pulumi.export("preemption_metric", observability.preemption_metric)
     pulumi.export("image_repository", repository.url)
+    if cluster.nat_addresses:
+        # Alert mail leaves through these: the SMTP relay must allow them.
+        pulumi.export("nat_addresses", cluster.nat_addresses)
     pulumi.export(
         "node_pools",
         {
@@ -281,6 +313,9 @@ def build_gcp(settings: StackConfig) -> Platform:
             for c in settings.gpu_classes
         ),
         active_migration=gcp_config.active_migration,
+    )
+    largest_gpu_machine = max(
+        (machines[t].gpus for c in settings.gpu_classes for t in c.instance_types), default=1
     )
     # A ComputeClass names its pools: it comes once they exist.
     class_pools_built = [*gpu_pools.values(), *([buffer_pool] if buffer_pool else [])]
@@ -321,8 +356,13 @@ def build_gcp(settings: StackConfig) -> Platform:
         addons={
             "compute-classes": lambda name, opts: ComputeClasses(
                 name, compute_classes, pulumi.ResourceOptions.merge(opts, pools_ready)
-            )
+            ),
+            "managed-prometheus": lambda name, opts: TrainingPodMonitoring(
+                name, TrainingPodMonitoringArgs(local_ranks=largest_gpu_machine), opts
+            ),
         },
+        # The cluster autoscaler never scales down a node under a running training pod.
+        training_pod_annotations=SAFE_TO_EVICT_FALSE,
         # GKE installs the NVIDIA driver and runs the device plugin on its GPU nodes.
         needs_device_plugin=False,
         compute_class_label=COMPUTE_CLASS_LABEL,

@@ -13,6 +13,7 @@ import pulumi_gcp as gcp
 
 from components.gcp.config import gcs_bucket_name_problem
 from components.gcp.kms import DAY_SECONDS, ServiceKey, ServiceKeyArgs
+from components.gcp.services import invoke_options
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class CheckpointBucket(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         # GCS encrypts and decrypts with the key as its per-project service agent.
         agent = gcp.storage.get_project_service_account_output(
-            project=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+            project=args.project, opts=invoke_options(self, opts)
         )
         key = ServiceKey(
             f"{name}-cmek",

@@ -10,7 +10,8 @@ per-team template ConfigMaps, `spotctl render` and the tests.
 - The pod selects its GPU class's nodes, tolerates the spot taint and prefers spot nodes; Kueue's
   flavor assignment adds the node labels of the flavor it admitted the job to (the class's spot
   flavor, or its on-demand one as the fallback). The provisioner's "never move a running pod"
-  annotation comes from the platform (Karpenter's do-not-disrupt on EKS).
+  annotation comes from the platform (Karpenter's do-not-disrupt on EKS, the cluster
+  autoscaler's safe-to-evict "false" on GKE).
 - The runtime is told its notice sources, its SIGTERM grace and the drain's lag behind the
   cloud's notice, so its final save is planned for the time the node really has left.
 - The run is named by the Job: CHECKPOINT_URI is `<team checkpoint root>/<job name>`, so
@@ -288,6 +289,13 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str], local_ranks: int) -> di
                     {"name": "SPOTSAFE_NOTICE_SOURCES", "value": ",".join(spec.notice_sources)},
                     {"name": "SPOTSAFE_SIGTERM_GRACE_S", "value": str(spec.notice_seconds)},
                     {"name": "SPOTSAFE_SIGTERM_LAG_S", "value": str(spec.notice_lag_seconds)},
+                    # GCE's preemption notice leaves the pod what the node's shutdown grace gives
+                    # it, not the metadata server's fixed 30 s.
+                    *(
+                        [{"name": "SPOTSAFE_GCE_NOTICE_S", "value": str(spec.notice_seconds)}]
+                        if "gce" in spec.notice_sources
+                        else []
+                    ),
                 ],
                 "ports": metrics_ports(local_ranks),
                 "resources": {"requests": resources, "limits": dict(resources)},

@@ -26,9 +26,11 @@ from components.gcp.iam import (
     prefix_condition,
 )
 from components.gcp.kms import ServiceKeyArgs
+from components.gcp.managed_prometheus import TrainingPodMonitoringArgs
 from components.gcp.nodepools import GkeClassPoolArgs, GkeNodePoolArgs
 from components.gcp.observability import ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotasArgs, preemptible_gpu_quota_id
+from components.gcp.services import ProjectServicesArgs
 from components.gcp.storage import CheckpointBucketArgs
 from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, PoolSpec, class_pools
 from spotctl.preview import PreviewError, preview_program
@@ -70,6 +72,12 @@ def test_subnet_has_pod_and_service_ranges_and_nat_egress(prod: Preview):
     assert nat.inputs["subnetworks"] == [
         {"name": subnet.id, "sourceIpRangesToNats": ["ALL_IP_RANGES"]}
     ]
+    # Static egress addresses an SMTP relay can allowlist (auto-allocated ones change).
+    addresses = prod.of_type("gcp:compute/address:Address")
+    assert len(addresses) == PROD.gcp.cluster.create.network.nat_addresses == 2
+    assert nat.inputs["natIpAllocateOption"] == "MANUAL_ONLY"
+    assert nat.inputs["natIps"] == [a.outputs["selfLink"] for a in addresses]
+    assert {a.inputs["addressType"] for a in addresses} == {"EXTERNAL"}
 
 
 def test_cluster_is_regional_private_and_runs_workload_identity_and_dataplane_v2(prod: Preview):
@@ -164,6 +172,15 @@ def test_attached_cluster_without_workload_identity_fails_the_preview(tmp_path):
     )
     with pytest.raises(PreviewError, match="gcp.cluster.existing: cluster 'shared' has no"):
         preview_program(program, "test")
+
+
+def test_attached_cluster_without_groups_for_rbac_fails_a_stack_that_binds_groups(program_copy):
+    """GKE matches RoleBindings to Google Groups only on a cluster with Google Groups for RBAC
+    (GKE, "Configure Google Groups for RBAC"); the engine's cluster has none configured."""
+    values = stack_values("gcp-dev")
+    values["gcp"]["groups"]["team_engineers"] = {"vision": ["group:ml-vision@example.com"]}
+    with pytest.raises(PreviewError, match="does not run Google Groups for RBAC"):
+        preview_program(program_copy("gcp-dev", values), "gcp-dev")
 
 
 # --- node pools
@@ -598,7 +615,11 @@ def test_each_teams_engineers_edit_only_their_namespace_and_log_readers_view(pro
 
 
 def test_spot_gpu_quota_preferences(prod: Preview, dev: Preview):
-    preferences = prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
+    preferences = [
+        p
+        for p in prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
+        if p.inputs["quotaId"].startswith("PREEMPTIBLE-")
+    ]
     assert {
         p.inputs["quotaId"]: p.inputs["quotaConfig"]["preferredValue"] for p in preferences
     } == {
@@ -614,6 +635,31 @@ def test_spot_gpu_quota_preferences(prod: Preview, dev: Preview):
         assert preference.inputs["dimensions"] == {"region": PROD.region}
         assert preference.inputs["contactEmail"] == PROD.alerts.emails[0]
     assert dev.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference") == []
+
+
+def test_all_regions_gpu_and_cpu_quotas_cover_the_pools_at_their_maxima(prod: Preview):
+    """New projects start with GPUS-ALL-REGIONS at 0 or 1 and CPUS-ALL-REGIONS below one
+    a3-highgpu-8g (Compute Engine, "Allocation quotas"), whatever the regional Spot quotas say."""
+    preferences = {
+        p.inputs["quotaId"]: p
+        for p in prod.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
+        if "ALL-REGIONS" in p.inputs["quotaId"]
+    }
+    # gcp-prod: L4 96 spot + 16 on-demand, H100 64 + 16, the buffer's two g2-standard-48 (four
+    # L4s each) in two zones.
+    gpus = 96 + 16 + 64 + 16 + 2 * 2 * 4
+    # At the most vCPUs per GPU of each class (g2-standard-32: 32; a3-highgpu-8g: 208 / 8), the
+    # stable pool's 2 n2-standard-8 in each of 3 zones, the buffer's 4 g2-standard-48.
+    vcpus = (96 + 16) * 32 + (64 + 16) * 26 + 2 * 3 * 8 + 4 * 48
+    assert {
+        quota: int(p.inputs["quotaConfig"]["preferredValue"]) for quota, p in preferences.items()
+    } == {
+        "GPUS-ALL-REGIONS-per-project": gpus,
+        "CPUS-ALL-REGIONS-per-project": vcpus,
+    }
+    for preference in preferences.values():
+        assert "dimensions" not in preference.inputs, "project-wide: no region"
+        assert preference.inputs["contactEmail"] == PROD.alerts.emails[0]
 
 
 def test_preemptions_are_counted_from_the_audit_log(prod: Preview):
@@ -644,7 +690,8 @@ def test_alerts_notify_by_email_and_link_their_runbook(prod: Preview):
     (preemptions,) = [p for p in policies if p.name.endswith("SpotPreemptionsHigh")]
     threshold = preemptions.inputs["conditions"][0]["conditionThreshold"]
     assert metric.outputs["name"] in threshold["filter"]
-    assert threshold["thresholdValue"] == PROD.gcp.alarms.preemptions_per_hour
+    # COMPARISON_GT on a whole hourly count: above N - 1 pages at N.
+    assert threshold["thresholdValue"] == PROD.gcp.alarms.preemptions_per_hour - 1
 
 
 def test_dashboard_shows_preemptions_pool_sizes_gpu_use_and_checkpoint_age(prod: Preview):
@@ -654,6 +701,13 @@ def test_dashboard_shows_preemptions_pool_sizes_gpu_use_and_checkpoint_age(prod:
         assert wanted in titles
     assert "spotsafe_checkpoint_age_seconds" in json.dumps(body)
     assert f'"{PROD.gcp.cluster.name}\\"' in json.dumps(body)
+    # GKE's DCGM metrics land in Managed Service for Prometheus, labelled with the cluster.
+    queries = [
+        t["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]
+        for t in body["mosaicLayout"]["tiles"]
+    ]
+    series = f'DCGM_FI_DEV_GPU_UTIL{{cluster="{PROD.gcp.cluster.name}"}}'
+    assert {"prometheusQuery": f"count({series} < 5) / count({series})"} in queries
 
 
 # --- the platform handed to the Kubernetes layer
@@ -765,6 +819,22 @@ POOL = {
                 project="p", cluster_name="c", runbook_base_url="u", gpu_idle_percent=0
             ),
             "ObservabilityArgs.gpu_idle_percent: between 1 and 100",
+        ),
+        (
+            lambda: SpotGpuQuotasArgs(
+                project="p", region="r", all_regions={"GPUS-per-project": 8}, contact_email="e"
+            ),
+            "SpotGpuQuotasArgs.all_regions['GPUS-per-project']: 8 is not a positive value of "
+            "GPUS-ALL-REGIONS-per-project or CPUS-ALL-REGIONS-per-project",
+        ),
+        (
+            lambda: ProjectServicesArgs(project="p", services=["container"]),
+            "ProjectServicesArgs.services: ['container'] are not Google API names",
+        ),
+        (
+            lambda: TrainingPodMonitoringArgs(local_ranks=16),
+            "TrainingPodMonitoringArgs.local_ranks: 16 metrics ports; a ClusterPodMonitoring "
+            "scrapes 1-10",
         ),
     ],
 )

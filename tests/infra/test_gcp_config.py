@@ -90,6 +90,12 @@ def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
             "at most 30",
         ),
         (
+            changed("gcp.cluster", {"existing": {"name": "shared", "version": "1.35"}}),
+            "gcp.spot_shutdown",
+            "cluster version '1.35' allows at most 30 (the nodes of an existing cluster may run "
+            "any patch of its minor: set gcp.cluster.existing.version to their exact version)",
+        ),
+        (
             changed("aws", stack_values("prod")["aws"]),
             "aws",
             "an AWS section in a 'gcp' stack; remove it",
@@ -139,6 +145,14 @@ def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
             changed("gcp.groups.team_engineers", {"robotics": ["group:r@example.com"]}),
             "gcp",
             "groups.team_engineers names teams ['robotics'] that are not in teams[].name",
+        ),
+        (
+            changed("gcp.cluster.create.rbac_security_group", None),
+            "gcp.groups",
+            "RoleBindings name Google Groups (group:auditors@example.com, "
+            "group:security@example.com, group:ml-vision@example.com, "
+            "group:ml-language@example.com), which GKE matches only with Google Groups for RBAC: "
+            "set gcp.cluster.create.rbac_security_group to gke-security-groups@<your domain>",
         ),
         (
             changed("gcp.project", "Spot_Training"),
@@ -306,7 +320,12 @@ def test_gke_versions_order_and_the_extended_grace_threshold():
     assert gke_version_key("1.35") < gke_version_key("1.35.0-gke.1171000")
     assert gke_version_key("1.35.0-gke.1170999") < gke_version_key("1.35.0-gke.1171000")
     assert gke_version_key("1.35.1-gke.100") > gke_version_key("1.35.0-gke.1171000")
-    assert extended_grace_supported("1.36") and not extended_grace_supported("1.35")
+    # A new cluster on a bare minor gets its newest patch; an existing one may run any patch.
+    assert extended_grace_supported("1.35", new_cluster=True)
+    assert not extended_grace_supported("1.34", new_cluster=True)
+    assert not extended_grace_supported("1.35", new_cluster=False)
+    assert extended_grace_supported("1.36", new_cluster=False)
+    assert not extended_grace_supported("1.35.0-gke.1170999", new_cluster=True)
     with pytest.raises(ValueError, match="not a GKE version"):
         gke_version_key("v1.35")
 

@@ -115,6 +115,8 @@ def test_the_notice_budget_is_the_spot_pools_shutdown_grace(stack):
         assert env["SPOTSAFE_NOTICE_SOURCES"] == "sigterm,gce"
         assert env["SPOTSAFE_SIGTERM_GRACE_S"] == str(budget)
         assert env["SPOTSAFE_SIGTERM_LAG_S"] == "0"
+        # The runtime's GCE deadline is the same grace, not the metadata server's 30 s.
+        assert env["SPOTSAFE_GCE_NOTICE_S"] == str(budget)
 
 
 def test_gke_brings_its_own_gpu_plumbing_and_no_provisioner(stack):
@@ -126,3 +128,39 @@ def test_gke_brings_its_own_gpu_plumbing_and_no_provisioner(stack):
     assert len(clusters) == (load_config(stack_values(name)).gcp.cluster.create is not None)
     for cluster in clusters:
         assert "DCGM" in cluster.inputs["monitoringConfig"]["enableComponents"]
+
+
+def test_managed_prometheus_scrapes_every_rank_of_every_training_pod(stack):
+    """Managed Service for Prometheus reads its own ClusterPodMonitoring, not the operator's
+    PodMonitor (prometheus-engine's CRD: v1, at most 10 endpoints, each a port and interval)."""
+    _, _, rendered = stack
+    (monitoring,) = of_kind(rendered, "ClusterPodMonitoring")
+    assert monitoring["apiVersion"] == "monitoring.googleapis.com/v1"
+    spec = monitoring["spec"]
+    assert 1 <= len(spec["endpoints"]) <= 10
+    assert all(e["interval"] == "30s" for e in spec["endpoints"])
+    assert spec["targetLabels"]["fromPod"] == [
+        {"from": "batch.kubernetes.io/job-name", "to": "run"}
+    ]
+    scraped = {e["port"] for e in spec["endpoints"]}
+    for job in jobs(rendered):
+        template = job["spec"]["template"]
+        labels = template["metadata"]["labels"]
+        assert spec["selector"]["matchLabels"].items() <= labels.items()
+        ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+        assert ports <= scraped, job["metadata"]["name"]
+
+
+def test_the_grafana_idle_panel_reads_allocation_not_dcgm(stack):
+    """GKE's DCGM metrics go to Managed Service for Prometheus, not to the in-cluster one: the
+    in-cluster panel counts allocatable GPUs no running pod holds (kube-state-metrics)."""
+    _, _, rendered = stack
+    (config_map,) = [
+        c
+        for c in of_kind(rendered, "ConfigMap")
+        if c["metadata"]["name"] == "spot-training-dashboard"
+    ]
+    panels = json.loads(config_map["data"]["spot-training.json"])["panels"]
+    (idle,) = [p for p in panels if p["title"].startswith("Accelerator idle share")]
+    assert "kube_node_status_allocatable" in json.dumps(idle["targets"])
+    assert "DCGM_FI_DEV_GPU_UTIL" not in json.dumps(panels)

@@ -229,3 +229,19 @@ def test_bad_multi_node_run_is_rejected_clearly() -> None:
         multi_node_job(spec(), min_nodes=3, max_nodes=2)
     with pytest.raises(ValueError, match="needs rendezvous_endpoint"):
         multi_node_job(spec(rendezvous_endpoint=""), min_nodes=1, max_nodes=2)
+
+
+@pytest.mark.parametrize("seconds", [15, 30, 120])
+def test_the_gce_notice_deadline_is_the_pools_grace(seconds) -> None:
+    """GKE Spot pools give training pods 15 s (the default), up to 120 s; the runtime's GCE
+    deadline must be that, or its earliest-deadline rule plans the save for the wrong window."""
+    gce = spec(notice_seconds=seconds, notice_sources=("sigterm", "gce"), notice_lag_seconds=0)
+    env = {e["name"]: e.get("value") for e in pod(single_node_job(gce))["containers"][0]["env"]}
+    assert env["SPOTSAFE_GCE_NOTICE_S"] == env["SPOTSAFE_SIGTERM_GRACE_S"] == str(seconds)
+    multi = {
+        e["name"]: e.get("value")
+        for e in pod(multi_node_job(gce, min_nodes=2, max_nodes=4))["containers"][0]["env"]
+    }
+    assert multi["SPOTSAFE_GCE_NOTICE_S"] == str(seconds)
+    aws = {e["name"] for e in pod(single_node_job(spec()))["containers"][0]["env"]}
+    assert "SPOTSAFE_GCE_NOTICE_S" not in aws

@@ -26,7 +26,7 @@ CRD_CHARTS = {group: chart.name for chart in CHARTS for group in chart.crd_group
 MONITORS = "monitoring.coreos.com"
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 # API groups the cluster itself serves (GKE's ComputeClass): no release installs them.
-CLUSTER_GROUPS = {"cloud.google.com"}
+CLUSTER_GROUPS = {"cloud.google.com", "monitoring.googleapis.com"}
 COMPUTE_CLASS = "kubernetes:cloud.google.com/v1:ComputeClass"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
 

@@ -278,3 +278,74 @@ def test_cost_labels_from_the_providers_default_labels(violations):
     assert violations("gcp-cost-labels-present", provider, key, policy) == [
         "'a' is missing cost label(s): team, env, capacity-type"
     ]
+
+
+@pytest.mark.parametrize(
+    ("case", "threshold", "expected"),
+    [
+        ("compliant", {"comparison": "COMPARISON_GT", "thresholdValue": 19}, []),
+        (
+            "violating: GE, which the Monitoring API refuses for a metric threshold",
+            {"comparison": "COMPARISON_GE", "thresholdValue": 20},
+            [
+                "'alerts' conditions[0].conditionThreshold.comparison is COMPARISON_GE; the "
+                "Monitoring API accepts only COMPARISON_GT or COMPARISON_LT for a metric threshold"
+            ],
+        ),
+        (
+            "missing",
+            {"thresholdValue": 20},
+            [
+                "'alerts' conditions[0].conditionThreshold.comparison is not set; the Monitoring "
+                "API accepts only COMPARISON_GT or COMPARISON_LT for a metric threshold"
+            ],
+        ),
+    ],
+)
+def test_alert_threshold_comparison(violations, case, threshold, expected):
+    policy = resource(
+        "gcp:monitoring/alertPolicy:AlertPolicy",
+        "alerts",
+        {"conditions": [{"conditionThreshold": threshold}]},
+    )
+    assert violations("monitoring-threshold-comparison", policy) == expected, case
+
+
+CLUSTER = "gcp:container/cluster:Cluster"
+WI_MEMBER = "serviceAccount:spot-training-prod.svc.id.goog[team-vision/training]"
+
+
+def _pool_case(case: str) -> list:
+    cluster = resource(
+        CLUSTER, "gke", {"workloadIdentityConfig": {"workloadPool": "p.svc.id.goog"}}
+    )
+    account = resource("gcp:serviceaccount/account:Account", "vision", {"accountId": "vision"})
+    deps = {"compliant": [account, cluster], "violating": [account], "missing": [account]}[case]
+    binding = resource(
+        "gcp:serviceaccount/iAMMember:IAMMember",
+        "vision-workload-identity",
+        {"role": "roles/iam.workloadIdentityUser", "member": WI_MEMBER},
+        deps=deps,
+    )
+    # "missing": an attached cluster, none in the stack: its pool exists already.
+    return [account, binding] if case == "missing" else [cluster, account, binding]
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("compliant", []),
+        (
+            "violating",
+            [
+                "'vision-workload-identity' member names a Workload Identity pool but does not "
+                "wait for cluster 'gke', which creates it: the first `pulumi up` fails with "
+                "'Identity Pool does not exist'"
+            ],
+        ),
+        ("missing", []),
+    ],
+)
+def test_workload_pool_after_cluster(violations, case, expected):
+    found = violations("gke-workload-pool-after-cluster", *_pool_case(case))
+    assert found == expected, case

@@ -144,10 +144,17 @@ def test_aws_imds_rebalance_then_instance_action_with_the_notice_time_as_deadlin
     assert notice["deadline"] == reclaim_at
 
 
-def test_gce_preempted_long_poll_gives_thirty_seconds() -> None:
+@pytest.mark.parametrize("notice_s", [15, 30, 120])
+def test_gce_preempted_long_poll_gives_the_pools_grace(notice_s) -> None:
+    """The Job template sets SPOTSAFE_GCE_NOTICE_S to what the Spot pool's shutdown grace leaves
+    the pod (GKE: 15 s by default, up to 120 s)."""
     with GceMetadata() as gce:
         proc = start_probe(
-            {"SPOTSAFE_NOTICE_SOURCES": "gce", "GCE_METADATA_HOST": gce.url.removeprefix("http://")}
+            {
+                "SPOTSAFE_NOTICE_SOURCES": "gce",
+                "GCE_METADATA_HOST": gce.url.removeprefix("http://"),
+                "SPOTSAFE_GCE_NOTICE_S": str(notice_s),
+            }
         )
         time.sleep(0.5)
         assert proc.poll() is None, "FALSE is no notice"
@@ -157,7 +164,7 @@ def test_gce_preempted_long_poll_gives_thirty_seconds() -> None:
         assert proc.wait(timeout=10) == 0
     assert (notice["source"], notice["kind"]) == ("gce", "preemption")
     assert notice["received_at"] - preempted_at < 1.0, "wait_for_change answers at once"
-    assert notice["deadline"] - notice["received_at"] == pytest.approx(30, abs=0.05)
+    assert notice["deadline"] - notice["received_at"] == pytest.approx(notice_s, abs=0.05)
 
 
 def test_earliest_deadline_wins_across_sources() -> None:

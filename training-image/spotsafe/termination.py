@@ -9,8 +9,10 @@ Sources, chosen with SPOTSAFE_NOTICE_SOURCES (comma list, default "sigterm"):
 - ``aws``: IMDSv2 with a session token; ``spot/instance-action`` (deadline: the notice's time) and
   ``events/recommendations/rebalance`` (an early warning, no deadline), polled every
   SPOTSAFE_IMDS_POLL_S seconds (at most 5). Endpoint: AWS_EC2_METADATA_SERVICE_ENDPOINT.
-- ``gce``: ``instance/preempted`` read with ``wait_for_change``; the deadline is 30 s after it
-  turns TRUE (SPOTSAFE_GCE_NOTICE_S). Host: GCE_METADATA_HOST, as Google's libraries read it.
+- ``gce``: ``instance/preempted`` read with ``wait_for_change``; the deadline is
+  SPOTSAFE_GCE_NOTICE_S after it turns TRUE (default 30 s, a plain VM's notice; GKE's Job
+  templates set what the Spot pool's shutdown grace leaves the pod, 15 s to 120 s). Host:
+  GCE_METADATA_HOST, as Google's libraries read it.
 
 A notice source that cannot be reached (IMDS behind a hop limit of 1, no metadata server) is a
 warning when it first fails and when it answers again, and the gauge
@@ -92,7 +94,8 @@ class WatcherConfig:
     aws_poll_s: float = AWS_MAX_POLL_S
     gce_host: str = GCE_DEFAULT_HOST
     gce_notice_s: float = 30.0
-    """GCE stops a preempted VM 30 s after the notice."""
+    """Seconds from GCE's preemption notice to the kill: 30 s for a plain VM; on GKE what the
+    Spot pool's shutdown grace leaves a training pod."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sources) - set(SOURCES))
