@@ -126,6 +126,15 @@ NVIDIA_DEVICE_PLUGIN = Chart(
     repository="https://nvidia.github.io/k8s-device-plugin",
     namespace="kube-system",
 )
+# Advertises `vpc.amazonaws.com/efa` on nodes with EFA interfaces (Karpenter attaches them to a
+# node launched for pods that request them).
+EFA_DEVICE_PLUGIN = Chart(
+    name="aws-efa-k8s-device-plugin",
+    version="v0.5.30",
+    chart="aws-efa-k8s-device-plugin",
+    repository="https://aws.github.io/eks-charts",
+    namespace="kube-system",
+)
 DCGM_EXPORTER = Chart(
     name="dcgm-exporter",
     version="4.1.3",
@@ -139,6 +148,7 @@ CHARTS = (
     KARPENTER_CRD,
     KARPENTER,
     NVIDIA_DEVICE_PLUGIN,
+    EFA_DEVICE_PLUGIN,
     DCGM_EXPORTER,
 )
 

@@ -3,8 +3,9 @@
 Built on the offline preview: a `kubernetes:*` resource's inputs are the object itself. Helm
 releases are written as their pinned chart, version, repository and values (for `helm upgrade
 --install`), and the training Job templates held in each team's template ConfigMap are written
-out as files of their own. `--validate` checks built-in kinds with kubernetes-validate (strict)
-and custom resources against the CRDs found under each `--crds` directory.
+out as files of their own. `--validate` checks built-in kinds with kubernetes-validate (strict),
+custom resources against the CRDs found under each `--crds` directory, and that every extended
+resource a pod requests is advertised by a device plugin on every node the pod can run on.
 
 Layout of OUT:
   manifests/NNN-<kind>-<namespace>-<name>.yaml   numbered in apply order
@@ -27,6 +28,7 @@ import yaml
 
 from components.versions import KUBERNETES_VERSION
 from spotctl.preview import UNKNOWN, PreviewError, PreviewResource, find_program, preview_program
+from spotctl.scheduling import NodeShape, device_plugins, node_shapes, unserved_resources
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 TEMPLATES_CONFIGMAP = "training-job-templates"
@@ -60,6 +62,8 @@ class Rendered:
     releases: list[dict] = field(default_factory=list)
     # (namespace, file name) -> the template's objects
     templates: dict[tuple[str, str], list[dict]] = field(default_factory=dict)
+    # The nodes the stack's pools can start, as the scheduler sees them.
+    nodes: list[NodeShape] = field(default_factory=list)
 
     def all_objects(self) -> list[dict]:
         return self.objects + [obj for docs in self.templates.values() for obj in docs]
@@ -91,7 +95,15 @@ def render(resources: list[PreviewResource]) -> Rendered:
             for file_name, text in sorted(obj.get("data", {}).items()):
                 docs = [doc for doc in yaml.safe_load_all(text) if doc]
                 rendered.templates[(namespace, file_name)] = docs
+    rendered.nodes = node_shapes(resources, rendered.objects)
     return rendered
+
+
+def scheduling_problems(rendered: Rendered) -> list[str]:
+    """Extended resources that pods request and no device plugin of the stack advertises where
+    the pods can run: such a pod stays Pending."""
+    plugins = device_plugins(rendered.releases, rendered.nodes)
+    return unserved_resources(rendered.all_objects(), rendered.nodes, plugins)
 
 
 def write(rendered: Rendered, out: Path) -> list[Path]:
@@ -153,12 +165,23 @@ def validate(
 
 class _CrdLoader(yaml.SafeLoader):
     """YAML 1.1 reads a bare `=` (an enum value in the AlertmanagerConfig CRD) as the `value`
-    tag, which SafeLoader cannot construct; here it stays the plain string it is."""
+    tag, which SafeLoader cannot construct; here it stays the plain string it is. Other files
+    beside the CRDs may use local tags (a CloudFormation template's `!Sub`): read as plain
+    values, they are skipped like any document that is not a CRD."""
+
+
+def _untagged(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node):
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    return loader.construct_scalar(node)
 
 
 _CrdLoader.add_constructor(
     "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
 )
+_CrdLoader.add_multi_constructor("!", _untagged)
 
 
 # JSON Schemas of a whole object, by file name, for kinds whose CRD is the cluster's own and not
@@ -262,6 +285,7 @@ def command(
         typer.echo(f"error: --crds directory not found: {', '.join(missing)}", err=True)
         raise typer.Exit(2)
     problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+    problems += scheduling_problems(rendered)
     for kind in unvalidated:
         typer.echo(f"not validated (no schema; pass its CRD with --crds): {kind}")
     for problem in problems:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.k8s.placement import STABLE
 from components.versions import KubernetesRelease
 
 NETWORK_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
@@ -22,6 +23,8 @@ NODE_ADDONS = ("coredns", "amazon-cloudwatch-observability")
 CONFIGURATION = {
     # NetworkPolicy objects are enforced only with the CNI's network policy agent on.
     "vpc-cni": {"enableNetworkPolicy": "true"},
+    # On the stable tier, never on a buffer node that its schedule is about to remove.
+    "coredns": {"nodeSelector": dict(STABLE.node_labels)},
 }
 
 

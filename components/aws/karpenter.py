@@ -30,7 +30,7 @@ import pulumi_aws as aws
 from components.aws.iam import NodeRole, NodeRoleArgs, PodIdentity, pod_identity_role
 from components.capacity import MAX_PODS
 from components.k8s.objects import custom_resource, helm_release
-from components.pools import ClassPool
+from components.pools import GPU_TAINT, ClassPool
 from components.versions import KARPENTER, KARPENTER_CRD
 
 NAMESPACE = KARPENTER.namespace
@@ -470,7 +470,8 @@ def node_pool(args: KarpenterArgs, pool: ClassPool) -> dict:
                         },
                     ],
                     "taints": [
-                        {"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints
+                        {"key": t.key, "value": t.value, "effect": t.effect}
+                        for t in (*pool.taints, GPU_TAINT)
                     ],
                     # Nodes live as long as their work: no forced replacement under a run.
                     "expireAfter": "Never",

@@ -88,6 +88,7 @@ class KubernetesLayer(pulumi.ComponentResource):
             GpuAgentsArgs(
                 device_plugin=platform.needs_device_plugin,
                 dcgm_exporter=platform.needs_dcgm_exporter,
+                efa_instance_types=platform.efa_instance_types,
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[monitoring.release, *addons]),
         )
