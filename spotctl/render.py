@@ -4,7 +4,8 @@ Built on the offline preview: a `kubernetes:*` resource's inputs are the object 
 releases are written as their pinned chart, version, repository and values (for `helm upgrade
 --install`), and the training Job templates held in each team's template ConfigMap are written
 out as files of their own. `--validate` checks built-in kinds with kubernetes-validate (strict),
-custom resources against the CRDs found under each `--crds` directory, and that every extended
+custom resources against the CRDs found under each `--crds` directory (defaults applied and CEL
+rules evaluated as the API server does), and that every extended
 resource a pod requests is advertised by a device plugin on every node the pod can run on.
 
 Layout of OUT:
@@ -27,6 +28,7 @@ import typer
 import yaml
 
 from components.versions import KUBERNETES_VERSION
+from spotctl.crd_rules import rule_problems, with_defaults
 from spotctl.preview import UNKNOWN, PreviewError, PreviewResource, find_program, preview_program
 from spotctl.scheduling import NodeShape, device_plugins, node_shapes, unserved_resources
 
@@ -135,7 +137,8 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
 def validate(
     objects: Iterable[dict], kubernetes_version: str, crd_dirs: Iterable[Path] = ()
 ) -> tuple[list[str], list[str]]:
-    """(problems, kinds left unvalidated). Built-in kinds: kubernetes-validate, strict."""
+    """(problems, kinds left unvalidated). Built-in kinds: kubernetes-validate, strict. Custom
+    resources: their schema's defaults applied, then the schema and its CEL rules."""
     import jsonschema
     import kubernetes_validate
 
@@ -147,11 +150,14 @@ def validate(
         )
         schema = schemas.get((obj.get("apiVersion"), obj.get("kind")))
         if schema is not None:
+            # As the API server: defaults first, then the schema and the CEL rules.
+            obj = with_defaults(schema, obj)
             validator = jsonschema.Draft7Validator(schema)
             problems += [
                 f"{where}: {'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
                 for e in validator.iter_errors(obj)
             ]
+            problems += [f"{where}: {problem}" for problem in rule_problems(schema, obj)]
             continue
         try:
             kubernetes_validate.validate(obj, kubernetes_version, strict=True)
@@ -163,14 +169,14 @@ def validate(
     return problems, sorted(set(unvalidated))
 
 
-class _CrdLoader(yaml.SafeLoader):
+class _CrdLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """YAML 1.1 reads a bare `=` (an enum value in the AlertmanagerConfig CRD) as the `value`
     tag, which SafeLoader cannot construct; here it stays the plain string it is. Other files
     beside the CRDs may use local tags (a CloudFormation template's `!Sub`): read as plain
     values, they are skipped like any document that is not a CRD."""
 
 
-def _untagged(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node):
+def _untagged(loader: _CrdLoader, _suffix: str, node: yaml.Node):
     if isinstance(node, yaml.MappingNode):
         return loader.construct_mapping(node)
     if isinstance(node, yaml.SequenceNode):
@@ -198,7 +204,10 @@ def crd_schemas(crd_dirs: Iterable[Path]) -> dict[tuple[str, str], dict]:
             if path.name in OBJECT_SCHEMA_FILES:
                 schemas[OBJECT_SCHEMA_FILES[path.name]] = json.loads(path.read_text())
         for path in sorted(Path(folder).rglob("*.y*ml")):
-            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader):
+            text = path.read_text()
+            if "kind: CustomResourceDefinition" not in text:
+                continue  # chart values, templates: not worth parsing
+            for doc in yaml.load_all(text, Loader=_CrdLoader):
                 if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                     continue
                 spec = doc["spec"]
