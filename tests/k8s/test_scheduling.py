@@ -217,3 +217,30 @@ def test_the_catalog_s_efa_types_are_the_ones_aws_lists(shared_schemas) -> None:
     disagree = sorted(name for name, t in types.items() if (t.efa > 0) != (name in with_efa))
     assert disagree == []
     assert types["p5.4xlarge"].efa == 1 and types["p5.48xlarge"].efa == 32
+
+
+def test_fits_reads_taints_and_affinity_as_the_scheduler_does() -> None:
+    """The TaintToleration and NodeAffinity filters (kubernetes.io/docs: Taints and Tolerations,
+    Assigning Pods to Nodes)."""
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    soft = {"key": "hint", "value": "x", "effect": "PreferNoSchedule"}
+    node = NodeShape("p", {"gpu-class": "a", "size": "8"}, (gpu, soft), True)
+    assert not fits({}, node)  # a NoSchedule taint repels; PreferNoSchedule does not
+    assert fits({"tolerations": [{"operator": "Exists"}]}, node)  # tolerates everything
+    assert fits({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}, node)
+    equal = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}
+    assert fits({"tolerations": [equal]}, node)
+    assert not fits({"tolerations": [{**equal, "value": "absent"}]}, node)
+    assert not fits({"tolerations": [{**equal, "effect": "NoExecute"}]}, node)
+    tolerant = {"tolerations": [equal]}
+
+    def affinity(*expressions) -> dict:
+        terms = [{"matchExpressions": list(expressions)}]
+        required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+        return {**tolerant, "affinity": {"nodeAffinity": required}}
+
+    assert fits(affinity({"key": "size", "operator": "Gt", "values": ["4"]}), node)
+    assert not fits(affinity({"key": "size", "operator": "Lt", "values": ["4"]}), node)
+    assert not fits(affinity({"key": "gpu-class", "operator": "NotIn", "values": ["a"]}), node)
+    assert fits(affinity({"key": "spot", "operator": "DoesNotExist"}), node)
+    assert not fits({**tolerant, "nodeSelector": {"gpu-class": "b"}}, node)
