@@ -25,7 +25,7 @@ from rich.table import Table
 
 from spotctl.policy_analyzer import check_preview
 from spotctl.preview import preview_program
-from spotctl.render import KUBERNETES_VERSION, render, validate
+from spotctl.render import KUBERNETES_VERSION, render, scheduling_problems, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACK_DIR = REPO_ROOT / "policies"
@@ -70,12 +70,15 @@ def measure(program: Path, stack: str, with_render: bool) -> dict[str, float]:
     }
     if with_render:
         rendered, render_s = timed(render, resources)
+        # What `render --validate` checks: schemas, defaults and CEL rules, then device plugins.
         (problems, _), validate_s = timed(
             validate, rendered.all_objects(), KUBERNETES_VERSION, [CRD_DIR]
         )
+        unserved, scheduling_s = timed(scheduling_problems, rendered)
+        problems += unserved
         if problems:
             raise SystemExit(f"the {stack} render does not validate: {problems[:3]}")
-        figures["render_validate_s"] = preview_s + render_s + validate_s
+        figures["render_validate_s"] = preview_s + render_s + validate_s + scheduling_s
     return figures
 
 

@@ -611,7 +611,11 @@ class KubernetesConfig(Model):
         description="How late a drain's SIGTERM may follow the cloud's notice; the runtime plans "
         "its final save for notice - lag. Default AWS 20, GKE 0.",
     )
-    gpu_resource: str = "nvidia.com/gpu"
+    gpu_resource: Literal["nvidia.com/gpu"] = Field(
+        default="nvidia.com/gpu",
+        description="The GPUs' extended resource: one the platform's device plugin advertises "
+        "(NVIDIA's, on both clouds); a pod requesting any other would stay Pending.",
+    )
     kueue: KueueConfig = Field(default_factory=KueueConfig)
     templates: JobTemplateConfig = Field(default_factory=JobTemplateConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)

@@ -65,6 +65,9 @@ class Platform:
     # GPU node (EKS: the CloudWatch observability add-on's; GKE: its managed DCGM metrics), and
     # feeds its GpuIdleHigh alarm.
     needs_device_plugin: bool = True
+    # Instance types whose nodes get EFA interfaces for the pods that request them, where the
+    # Kubernetes layer installs the EFA device plugin (EKS; none: no plugin).
+    efa_instance_types: tuple[str, ...] = ()
     # The node label (and taint key) by which pods select a GPU class's node class, valued with
     # the class name, where the cloud orders spot before on-demand that way (GKE's ComputeClass).
     compute_class_label: str | None = None

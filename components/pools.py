@@ -43,6 +43,10 @@ class Taint:
 
 
 SPOT_TAINT = Taint(SPOT_TAINT_KEY, SPOT_TAINT_VALUE, SPOT_TAINT_EFFECT)
+# Every GPU node, spot or on-demand, repels what does not ask for GPUs: a platform pod on an idle
+# GPU node would keep it from ever being reclaimed as empty. GKE puts this taint on GPU nodes
+# itself; on EKS the GPU NodePools and a GPU buffer group carry it.
+GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 
 
 @dataclass(frozen=True)

@@ -128,12 +128,22 @@ NVIDIA_DEVICE_PLUGIN = Chart(
     repository="https://nvidia.github.io/k8s-device-plugin",
     namespace="kube-system",
 )
+# Advertises `vpc.amazonaws.com/efa` on nodes with EFA interfaces (Karpenter attaches them to a
+# node launched for pods that request them).
+EFA_DEVICE_PLUGIN = Chart(
+    name="aws-efa-k8s-device-plugin",
+    version="v0.5.30",
+    chart="aws-efa-k8s-device-plugin",
+    repository="https://aws.github.io/eks-charts",
+    namespace="kube-system",
+)
 CHARTS = (
     KUBE_PROMETHEUS_STACK,
     KUEUE,
     KARPENTER_CRD,
     KARPENTER,
     NVIDIA_DEVICE_PLUGIN,
+    EFA_DEVICE_PLUGIN,
 )
 
 # GKE: the lowest control-plane version a new cluster asks for and its release channel (the

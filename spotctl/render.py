@@ -3,8 +3,10 @@
 Built on the offline preview: a `kubernetes:*` resource's inputs are the object itself. Helm
 releases are written as their pinned chart, version, repository and values (for `helm upgrade
 --install`), and the training Job templates held in each team's template ConfigMap are written
-out as files of their own. `--validate` checks built-in kinds with kubernetes-validate (strict)
-and custom resources against the CRDs found under each `--crds` directory.
+out as files of their own. `--validate` checks built-in kinds with kubernetes-validate (strict),
+custom resources against the CRDs found under each `--crds` directory (defaults applied and CEL
+rules evaluated as the API server does), and that every extended
+resource a pod requests is advertised by a device plugin on every node the pod can run on.
 
 Layout of OUT:
   manifests/NNN-<kind>-<namespace>-<name>.yaml   numbered in apply order
@@ -26,8 +28,10 @@ import typer
 import yaml
 
 from components.versions import KUBERNETES_VERSION
+from spotctl.crd_rules import rule_problems, with_defaults
 from spotctl.outputs import OutputDirectory, OutputError, fail
 from spotctl.preview import UNKNOWN, PreviewError, PreviewResource, find_program, preview_program
+from spotctl.scheduling import NodeShape, device_plugins, node_shapes, unserved_resources
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 TEMPLATES_CONFIGMAP = "training-job-templates"
@@ -60,6 +64,8 @@ class Rendered:
     releases: list[dict] = field(default_factory=list)
     # (namespace, file name) -> the template's objects
     templates: dict[tuple[str, str], list[dict]] = field(default_factory=dict)
+    # The nodes the stack's pools can start, as the scheduler sees them.
+    nodes: list[NodeShape] = field(default_factory=list)
 
     def all_objects(self) -> list[dict]:
         return self.objects + [obj for docs in self.templates.values() for obj in docs]
@@ -91,7 +97,15 @@ def render(resources: list[PreviewResource]) -> Rendered:
             for file_name, text in sorted(obj.get("data", {}).items()):
                 docs = [doc for doc in yaml.safe_load_all(text) if doc]
                 rendered.templates[(namespace, file_name)] = docs
+    rendered.nodes = node_shapes(resources, rendered.objects)
     return rendered
+
+
+def scheduling_problems(rendered: Rendered) -> list[str]:
+    """Extended resources that pods request and no device plugin of the stack advertises where
+    the pods can run: such a pod stays Pending."""
+    plugins = device_plugins(rendered.releases, rendered.nodes)
+    return unserved_resources(rendered.all_objects(), rendered.nodes, plugins)
 
 
 def write(rendered: Rendered, out: Path) -> list[Path]:
@@ -132,7 +146,8 @@ def major_minor(version: str) -> str:
 def validate(
     objects: Iterable[dict], kubernetes_version: str, crd_dirs: Iterable[Path] = ()
 ) -> tuple[list[str], list[str]]:
-    """(problems, kinds left unvalidated). Built-in kinds: kubernetes-validate, strict."""
+    """(problems, kinds left unvalidated). Built-in kinds: kubernetes-validate, strict. Custom
+    resources: their schema's defaults applied, then the schema and its CEL rules."""
     import jsonschema
     import kubernetes_validate
 
@@ -144,11 +159,14 @@ def validate(
         )
         schema = schemas.get((obj.get("apiVersion"), obj.get("kind")))
         if schema is not None:
+            # As the API server: defaults first, then the schema and the CEL rules.
+            obj = with_defaults(schema, obj)
             validator = jsonschema.Draft7Validator(schema)
             problems += [
                 f"{where}: {'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
                 for e in validator.iter_errors(obj)
             ]
+            problems += [f"{where}: {problem}" for problem in rule_problems(schema, obj)]
             continue
         try:
             kubernetes_validate.validate(obj, kubernetes_version, strict=True)
@@ -160,16 +178,25 @@ def validate(
     return problems, sorted(set(unvalidated))
 
 
-class _CrdLoader(yaml.SafeLoader):
+class _CrdLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """YAML 1.1 reads a bare `=` (an enum value in the AlertmanagerConfig CRD) as the `value`
-    tag, which SafeLoader cannot construct; here it stays the plain string it is."""
+    tag, which SafeLoader cannot construct; here it stays the plain string it is. Other files
+    beside the CRDs may use local tags (a CloudFormation template's `!Sub`): read as plain
+    values, they are skipped like any document that is not a CRD."""
+
+
+def _untagged(loader: _CrdLoader, _suffix: str, node: yaml.Node):
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    return loader.construct_scalar(node)
 
 
 _CrdLoader.add_constructor(
     "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
 )
-# Local tags (a CloudFormation template's !Sub, !Ref) mark a file that is no CRD: read past them.
-_CrdLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+_CrdLoader.add_multi_constructor("!", _untagged)
 
 
 # JSON Schemas of a whole object, by file name, for kinds whose CRD is the cluster's own and not
@@ -186,9 +213,12 @@ def crd_schemas(crd_dirs: Iterable[Path]) -> dict[tuple[str, str], dict]:
             if path.name in OBJECT_SCHEMA_FILES:
                 schemas[OBJECT_SCHEMA_FILES[path.name]] = json.loads(path.read_text())
         for path in sorted(Path(folder).rglob("*.y*ml")):
+            text = path.read_text(errors="replace")
+            if "kind: CustomResourceDefinition" not in text:
+                continue  # chart values, templates: not worth parsing
             try:
-                docs = list(yaml.load_all(path.read_text(), Loader=_CrdLoader))
-            except (yaml.YAMLError, UnicodeDecodeError) as exc:
+                docs = list(yaml.load_all(text, Loader=_CrdLoader))
+            except yaml.YAMLError as exc:
                 reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
                 raise RenderError(f"--crds: {path}: not valid YAML ({reason})") from None
             for doc in docs:
@@ -295,6 +325,7 @@ def command(
     except RenderError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    problems += scheduling_problems(rendered)
     for kind in unvalidated:
         typer.echo(f"not validated (no schema; pass its CRD with --crds): {kind}")
     for problem in problems:

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import yaml
 
+from components.aws.platform import efa_instance_types
+from components.config import load_config
 from components.versions import (
     CHARTS,
+    EFA_DEVICE_PLUGIN,
     KARPENTER,
     KARPENTER_CRD,
     NVIDIA_DEVICE_PLUGIN,
@@ -31,10 +34,15 @@ AWS_STACKS = [stack for stack in STACKS if _cloud(stack) == "aws"]
 GCP_STACKS = [stack for stack in STACKS if _cloud(stack) == "gcp"]
 
 
-def charts_of(cloud: str) -> set[str]:
-    """The charts a stack of the cloud installs: on GKE, no Karpenter, and the device plugin comes
-    with GKE's GPU nodes."""
+def charts_of(stack: str) -> set[str]:
+    """The charts a stack installs: on GKE, no Karpenter, and the device plugin comes with GKE's
+    GPU nodes; on EKS, the EFA device plugin where a GPU class has EFA types."""
+    config = load_config(stack_values(stack))
     charts = {chart.name for chart in CHARTS}
-    if cloud == "gcp":
-        charts -= {c.name for c in (KARPENTER_CRD, KARPENTER, NVIDIA_DEVICE_PLUGIN)}
+    if config.cloud == "gcp":
+        charts -= {
+            c.name for c in (KARPENTER_CRD, KARPENTER, NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN)
+        }
+    elif not efa_instance_types(config):
+        charts.discard(EFA_DEVICE_PLUGIN.name)
     return charts

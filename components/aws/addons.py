@@ -17,6 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws.iam import pod_identity_trust
+from components.k8s.placement import STABLE
 from components.versions import ADDON_NAMESPACES, KubernetesRelease
 
 NETWORK_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
@@ -33,6 +34,8 @@ ADDON_IDENTITIES = {
 CONFIGURATION = {
     # NetworkPolicy objects are enforced only with the CNI's network policy agent on.
     "vpc-cni": {"enableNetworkPolicy": "true"},
+    # On the stable tier, never on a buffer node that its schedule is about to remove.
+    "coredns": {"nodeSelector": dict(STABLE.node_labels)},
 }
 
 

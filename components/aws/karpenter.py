@@ -30,7 +30,7 @@ import pulumi_aws as aws
 from components.aws.iam import NodeRole, NodeRoleArgs, PodIdentity, pod_identity_role
 from components.capacity import MAX_PODS
 from components.k8s.objects import custom_resource, helm_release
-from components.pools import ClassPool
+from components.pools import GPU_TAINT, ClassPool
 from components.versions import KARPENTER, KARPENTER_CRD
 
 NAMESPACE = KARPENTER.namespace
@@ -101,15 +101,33 @@ def controller_policy(
     cluster_name: str, cluster_arn: str, queue_arn: str, node_role_arn: str, region: str
 ) -> dict:
     """What the controller may do: launch and tag instances only with this cluster's tags,
-    terminate only what it launched, pass only the nodes' role, read its interruption queue."""
+    terminate only what it launched, pass only the nodes' role, read its interruption queue.
+
+    Statement for statement the controller policies of Karpenter's reference template for
+    KARPENTER's version (getting-started cloudformation.yaml), tested against it."""
     ec2 = f"arn:aws:ec2:{region}"
-    owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    account = cluster_arn.split(":")[4]
+    profiles = f"arn:aws:iam::{account}:instance-profile/*"
+    owned = {
+        f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
+        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+    }
     launched = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    of_a_node_pool = {"aws:ResourceTag/karpenter.sh/nodepool": "*"}
     profile_request = {**owned, "aws:RequestTag/topology.kubernetes.io/region": region}
     profile_resource = {**launched, "aws:ResourceTag/topology.kubernetes.io/region": region}
+    # A spot launch creates a spot-instances-request and tags it: without it every spot launch
+    # fails with UnauthorizedOperation, which Karpenter does not take for a stockout.
     created = [
         f"{ec2}:*:{kind}/*"
-        for kind in ("fleet", "instance", "volume", "network-interface", "launch-template")
+        for kind in (
+            "fleet",
+            "instance",
+            "volume",
+            "network-interface",
+            "launch-template",
+            "spot-instances-request",
+        )
     ]
     return {
         "Version": "2012-10-17",
@@ -122,12 +140,19 @@ def controller_policy(
                 + [
                     f"{ec2}:*:{kind}/*"
                     for kind in (
-                        "spot-instances-request",
                         "security-group",
                         "subnet",
-                        "launch-template",
+                        "capacity-reservation",
+                        "placement-group",
                     )
                 ],
+            },
+            {
+                "Sid": "LaunchFromItsTemplates",
+                "Effect": "Allow",
+                "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+                "Resource": f"{ec2}:*:launch-template/*",
+                "Condition": {"StringEquals": launched, "StringLike": of_a_node_pool},
             },
             {
                 "Sid": "CreateTaggedForThisCluster",
@@ -159,9 +184,10 @@ def controller_policy(
                 "Resource": f"{ec2}:*:instance/*",
                 "Condition": {
                     "StringEquals": launched,
-                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                    "StringLike": of_a_node_pool,
+                    "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
                     "ForAllValues:StringEquals": {
-                        "aws:TagKeys": ["karpenter.sh/nodeclaim", "Name"]
+                        "aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]
                     },
                 },
             },
@@ -170,21 +196,22 @@ def controller_policy(
                 "Effect": "Allow",
                 "Action": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
                 "Resource": [f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
-                "Condition": {
-                    "StringEquals": launched,
-                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
-                },
+                "Condition": {"StringEquals": launched, "StringLike": of_a_node_pool},
             },
             {
                 "Sid": "ReadTheRegion",
                 "Effect": "Allow",
                 "Action": [
                     "ec2:DescribeAvailabilityZones",
+                    "ec2:DescribeCapacityReservations",
                     "ec2:DescribeImages",
                     "ec2:DescribeInstances",
+                    # Instance health: Karpenter replaces a node whose status checks fail.
+                    "ec2:DescribeInstanceStatus",
                     "ec2:DescribeInstanceTypeOfferings",
                     "ec2:DescribeInstanceTypes",
                     "ec2:DescribeLaunchTemplates",
+                    "ec2:DescribePlacementGroups",
                     "ec2:DescribeSecurityGroups",
                     "ec2:DescribeSpotPriceHistory",
                     "ec2:DescribeSubnets",
@@ -220,13 +247,17 @@ def controller_policy(
                 "Effect": "Allow",
                 "Action": "iam:PassRole",
                 "Resource": node_role_arn,
-                "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+                "Condition": {
+                    "StringEquals": {
+                        "iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]
+                    }
+                },
             },
             {
                 "Sid": "CreateInstanceProfiles",
                 "Effect": "Allow",
                 "Action": "iam:CreateInstanceProfile",
-                "Resource": "*",
+                "Resource": profiles,
                 "Condition": {
                     "StringEquals": profile_request,
                     "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
@@ -236,7 +267,7 @@ def controller_policy(
                 "Sid": "TagItsInstanceProfiles",
                 "Effect": "Allow",
                 "Action": "iam:TagInstanceProfile",
-                "Resource": "*",
+                "Resource": profiles,
                 "Condition": {
                     "StringEquals": {**profile_resource, **profile_request},
                     "StringLike": {
@@ -253,7 +284,7 @@ def controller_policy(
                     "iam:RemoveRoleFromInstanceProfile",
                     "iam:DeleteInstanceProfile",
                 ],
-                "Resource": "*",
+                "Resource": profiles,
                 "Condition": {
                     "StringEquals": profile_resource,
                     "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
@@ -263,6 +294,13 @@ def controller_policy(
                 "Sid": "ReadInstanceProfiles",
                 "Effect": "Allow",
                 "Action": "iam:GetInstanceProfile",
+                "Resource": profiles,
+            },
+            {
+                # The EC2NodeClass finalizer lists profiles: without it deleting a class hangs.
+                "Sid": "ListInstanceProfiles",
+                "Effect": "Allow",
+                "Action": "iam:ListInstanceProfiles",
                 "Resource": "*",
             },
             {
@@ -270,6 +308,14 @@ def controller_policy(
                 "Effect": "Allow",
                 "Action": "eks:DescribeCluster",
                 "Resource": cluster_arn,
+            },
+            {
+                # Karpenter avoids a zone that ARC zonal shift has moved this cluster away from.
+                "Sid": "ReadZonalShift",
+                "Effect": "Allow",
+                "Action": "arc-zonal-shift:GetManagedResource",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"arc-zonal-shift:ResourceIdentifier": cluster_arn}},
             },
         ],
     }
@@ -424,7 +470,8 @@ def node_pool(args: KarpenterArgs, pool: ClassPool) -> dict:
                         },
                     ],
                     "taints": [
-                        {"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints
+                        {"key": t.key, "value": t.value, "effect": t.effect}
+                        for t in (*pool.taints, GPU_TAINT)
                     ],
                     # Nodes live as long as their work: no forced replacement under a run.
                     "expireAfter": "Never",

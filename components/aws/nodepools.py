@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from components.pools import PoolSpec
+from components.pools import GPU_TAINT, PoolSpec
 
 # EKS AMI type by CPU architecture and whether the node needs NVIDIA drivers.
 AMI_TYPES = {
@@ -21,6 +21,8 @@ AMI_TYPES = {
     ("arm64", True): "AL2023_ARM_64_NVIDIA",
 }
 
+# EKS spells the taint effect in its own enum.
+EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
 ROOT_DEVICE = "/dev/xvda"  # the AL2023 AMIs' root volume
 # IMDSv2 only, and a hop limit of 1: a pod (one network hop further) can neither reach IMDS nor
 # read the node role's credentials through it. Training pods learn of a recall from the drain.
@@ -105,6 +107,11 @@ class ManagedNodeGroupPool(pulumi.ComponentResource):
             },
             update_config={"max_unavailable_percentage": 33},
             labels=spec.labels,
+            # A GPU buffer is tainted like every GPU node: platform pods stay on the stable tier.
+            taints=[
+                {"key": t.key, "value": t.value, "effect": EKS_TAINT_EFFECT[t.effect]}
+                for t in ((GPU_TAINT,) if spec.gpus else ())
+            ],
             tags=args.tags,
             # The buffer's schedule owns its size after creation.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),

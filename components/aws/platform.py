@@ -37,6 +37,7 @@ from components.aws.quotas import GpuQuotas, GpuQuotasArgs, current_vcpus
 from components.aws.registry import ImageRepository, ImageRepositoryArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
 from components.capacity import creation_problems, starting_gpu_vcpus
+from components.catalog import catalog
 from components.config import NOTICE_SOURCES, ConfigError, GpuVcpuQuota, StackConfig
 from components.k8s import monitoring
 from components.platform import Platform
@@ -270,6 +271,16 @@ def build_aws(settings: StackConfig) -> Platform:
         ready=[*ready, karpenter_identity, observability],
         addons={"karpenter": lambda name, opts: Karpenter(name, karpenter, opts)},
         training_pod_annotations=DO_NOT_DISRUPT,
+        efa_instance_types=efa_instance_types(settings),
+    )
+
+
+def efa_instance_types(settings: StackConfig) -> tuple[str, ...]:
+    """The GPU classes' types with EFA: Karpenter attaches their interfaces to a node launched
+    for pods that request them."""
+    types = catalog("aws").instance_types
+    return tuple(
+        sorted({t for c in settings.gpu_classes for t in c.instance_types if types[t].efa})
     )
 
 

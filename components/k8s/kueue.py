@@ -28,7 +28,7 @@ import yaml
 from components.config import KueueConfig
 from components.k8s.jobs import EFA_RESOURCE
 from components.k8s.objects import custom_resource, helm_release
-from components.k8s.placement import class_placement
+from components.k8s.placement import STABLE, class_placement
 from components.pools import CAPACITIES, Capacity
 from components.versions import KUEUE
 
@@ -220,6 +220,7 @@ class KueueQueues(pulumi.ComponentResource):
         if args.settings.install:
             values = {
                 "enablePrometheus": True,
+                "controllerManager": {"nodeSelector": dict(STABLE.node_labels)},
                 "managerConfig": {
                     "controllerManagerConfigYaml": yaml.safe_dump(
                         kueue_configuration(args.settings), sort_keys=False

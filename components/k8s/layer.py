@@ -87,7 +87,10 @@ class KubernetesLayer(pulumi.ComponentResource):
         ]
         GpuAgents(
             f"{name}-gpus",
-            GpuAgentsArgs(device_plugin=platform.needs_device_plugin),
+            GpuAgentsArgs(
+                device_plugin=platform.needs_device_plugin,
+                efa_instance_types=platform.efa_instance_types,
+            ),
             pulumi.ResourceOptions(parent=self, depends_on=[monitoring.release, *addons]),
         )
         Priorities(f"{name}-priorities", PrioritiesArgs(), child)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from components.pools import (
     CAPACITY_TYPE_LABEL,
     GPU_CLASS_LABEL,
+    GPU_TAINT,
     POOL_LABEL,
     SPOT_TAINT,
     Capacity,
@@ -47,14 +48,15 @@ def class_placement(
 
     Spot-first placement names the class only, not the capacity type: its pods tolerate the spot
     taint and prefer spot nodes, and the provisioner puts them on the class's on-demand nodes
-    when spot cannot be had. The on-demand placement is pinned to on-demand nodes.
+    when spot cannot be had. The on-demand placement is pinned to on-demand nodes. Either
+    tolerates the taint of every GPU node.
 
     Where the provisioner's spot-then-on-demand order is a node class of the cluster's own (GKE's
     ComputeClass, named after the GPU class), the pods select it by `compute_class_label` and
     tolerate the taint of that key its nodes carry.
     """
     labels = {GPU_CLASS_LABEL: gpu_class}
-    taints = (SPOT_TAINT,) if capacity == "spot" else ()
+    taints = (SPOT_TAINT, GPU_TAINT) if capacity == "spot" else (GPU_TAINT,)
     if capacity == "on-demand":
         labels[CAPACITY_TYPE_LABEL] = "on-demand"
     if compute_class_label is not None:

@@ -66,6 +66,8 @@ def _error(values: dict) -> ConfigError:
         (["zones"], ["us-east-1a", "eu-west-1b"], "not zones of region 'us-east-1'"),
         (["cost_tags"], {"team": "x"}, "set by the platform"),
         (["aws", "principals", "platform_admin"], ["*"], "is not an IAM role or user ARN"),
+        # An extended resource no device plugin of the platform advertises.
+        (["kubernetes"], {"gpu_resource": "amd.com/gpu"}, "'nvidia.com/gpu'"),
     ],
 )
 def test_error_names_field_path_and_allowed_values(path, value, expected):

@@ -132,7 +132,8 @@ ONCE_ACCEPTED = {
     ),
     "a wildcard principal among a team's engineers": (
         mutated("dev", ["teams", 0, "engineers"], ["arn:aws:iam::111122223333:role/*"]),
-        "spot-training:teams[0].engineers[0]: 'arn:aws:iam::111122223333:role/*' is not an IAM role or user ARN",
+        "spot-training:teams[0].engineers[0]: 'arn:aws:iam::111122223333:role/*' is not an IAM "
+        "role or user ARN",
     ),
     "a wildcard GCP member": (
         mutated("gcp-dev", ["gcp", "groups", "log_reader"], ["user:*@example.com"]),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from stack_files import REPO_ROOT, STACKS, charts_of, stack_values
+from stack_files import REPO_ROOT, STACKS, charts_of
 
 from components.versions import (
     ADDON_NAMESPACES,
@@ -83,7 +83,7 @@ def test_every_release_installs_a_pinned_chart(stack):
         for r in preview_program(REPO_ROOT, stack)
         if r.type == "kubernetes:helm.sh/v3:Release"
     ]
-    charts = charts_of(stack_values(stack)["cloud"])
+    charts = charts_of(stack)
     pinned = {
         (c.name, c.chart, c.version, c.repository, c.namespace) for c in CHARTS if c.name in charts
     }

@@ -77,12 +77,15 @@ def test_labels_and_taint_are_the_cloud_neutral_contract(node_pools) -> None:
         "capacity-type": "spot",
         "gpu-class": "l40s-48gb",
     }
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     assert spot["spec"]["taints"] == [
-        {"key": "capacity-type", "value": "spot", "effect": "NoSchedule"}
+        {"key": "capacity-type", "value": "spot", "effect": "NoSchedule"},
+        gpu,
     ]
+    # On-demand GPU nodes repel platform pods too: only GPU work keeps them from being empty.
     on_demand = node_pools["l40s-48gb-on-demand"]["spec"]["template"]
     assert on_demand["metadata"]["labels"]["capacity-type"] == "on-demand"
-    assert on_demand["spec"]["taints"] == []
+    assert on_demand["spec"]["taints"] == [gpu]
 
 
 def test_training_nodes_are_never_moved_under_a_run(node_pools, prod_render) -> None:

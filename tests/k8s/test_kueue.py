@@ -103,12 +103,14 @@ def test_flavors_select_their_class_and_only_on_demand_pins_the_capacity_type() 
     spot = resource_flavor("l40s-48gb", "spot")
     assert spot["metadata"]["name"] == "l40s-48gb-spot"
     assert spot["spec"]["nodeLabels"] == {"gpu-class": "l40s-48gb"}
+    gpu = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
     assert spot["spec"]["tolerations"] == [
-        {"key": "capacity-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+        {"key": "capacity-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+        gpu,
     ]
     assert resource_flavor("l40s-48gb", "on-demand")["spec"] == {
         "nodeLabels": {"gpu-class": "l40s-48gb", "capacity-type": "on-demand"},
-        "tolerations": [],
+        "tolerations": [gpu],
     }
 
 

@@ -165,8 +165,8 @@ def test_namespaced_objects_wait_for_their_namespace(previewed):
     assert namespace_problems(previewed) == []
 
 
-def test_helm_releases_wait_for_the_stable_nodes(previewed, cloud):
-    assert set(releases(previewed)) == charts_of(cloud)
+def test_helm_releases_wait_for_the_stable_nodes(stack, previewed):
+    assert set(releases(previewed)) == charts_of(stack[0])
     assert release_problems(previewed) == []
 
 

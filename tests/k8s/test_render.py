@@ -177,6 +177,7 @@ def test_helm_releases_are_pinned_and_use_real_chart_values(
         "karpenter-crd",
         "karpenter",
         "nvidia-device-plugin",
+        "aws-efa-k8s-device-plugin",
         "kueue",
     }
     karpenter = releases["karpenter"]
