@@ -1,0 +1,214 @@
+"""The runtime under each team's own identity, on both clouds: the stacks' permissions enforced by
+the storage API, the checkpoint protocol run with nothing but a team's credentials.
+
+S3: moto's server with IAM enforced, one user per team whose only policy is the team's training
+policy from the prod preview (s3_iam). GCS: fake-gcs-server behind the permission layer
+(gcs_iam), with the bucket's bindings, the checkpoint role and its IAM Condition from the
+gcp-prod preview. A recording proxy sees every request a team makes, and its answer.
+
+The whole protocol runs as trainer processes, on each cloud under one team's identity (the two
+teams differ only in their prefix): a first start on an empty prefix, saves and retention, a
+notice (the final save and the preemption marker), a restore that reads the marker, a replacement
+started while the old attempt still lives (fenced), a hard kill, and a restart that finishes.
+Every team, on every cloud, also trains, resumes and writes a multi-part object. Every request
+must pass; the same identity on the other team's prefix, and on the bucket, is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+import requests
+from gcs_iam import BucketPolicy, GcsPermissionLayer
+from recording_proxy import RecordingProxy
+from s3_iam import PerKeyDeletes, admin_client, enforce_iam, iam_users
+from spotsafe.examples.train import TrainConfig, run
+from spotsafe.local_servers import free_port, s3_server
+from spotsafe.preemption import EXIT_PREEMPTED
+from spotsafe.storage import open_store, s3
+from spotsafe_harness import start_trainer
+from stack_files import REPO_ROOT, stack_values
+from test_termination_trainer import result_of, wait_for_step
+
+from components.config import load_config
+from spotctl.preview import preview_program
+
+TEAMS = [t.name for t in load_config(stack_values("prod")).teams]
+assert [t.name for t in load_config(stack_values("gcp-prod")).teams] == TEAMS
+PREFIX = {t.name: t.checkpoint_prefix for t in load_config(stack_values("prod")).teams}
+# Long enough that no attempt but the last reaches the end before the test stops it.
+STEPS = 100_000
+EVERY = 10
+COMMITTED = "spotsafe_checkpoint_last_committed_step"
+# Answers that are part of the protocol: created, resumable chunk taken, missing (the marker on a
+# first start), create-only conflict.
+PASSED = {200, 204, 206, 308, 404, 412}
+
+
+@dataclass
+class Cloud:
+    scheme: str
+    bucket: str
+    proxy: RecordingProxy
+    identity: dict[str, str]  # team -> who the storage API sees
+    env: dict[str, dict[str, str]]  # team -> its processes' environment
+    server: str  # the storage server itself, behind the proxy
+
+    def uri(self, team: str, run: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{PREFIX[team]}/{run}"
+
+    def failures(self, team: str, since: int = 0) -> list[str]:
+        """Requests of the team's that were refused or failed, one line each."""
+        exchanges = self.proxy.of(self.identity[team])[since:]
+        return [str(e) for e in exchanges if e.status not in PASSED]
+
+
+def _one(resources: list, token: str, name_contains: str = ""):
+    (found,) = [r for r in resources if r.type == token and name_contains in r.name]
+    return found
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[Cloud]:
+    resources = preview_program(REPO_ROOT, "prod")
+    bucket = _one(resources, "aws:s3/bucket:Bucket").outputs["bucket"]
+    policies = {
+        team: json.loads(
+            _one(resources, "aws:iam/rolePolicy:RolePolicy", f"-{team}-training-policy").inputs[
+                "policy"
+            ]
+        )
+        for team in TEAMS
+    }
+    with s3_server() as endpoint:
+        admin = admin_client(endpoint)
+        admin.create_bucket(Bucket=bucket)
+        admin.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        keys = iam_users(endpoint, policies)
+        enforce_iam(endpoint)
+        proxy = PerKeyDeletes(endpoint, keys)
+        env = {team: {**keys[team], "AWS_ENDPOINT_URL": proxy.listen(team)} for team in TEAMS}
+        yield Cloud("s3", bucket, proxy, {team: team for team in TEAMS}, env, endpoint)
+        proxy.close()
+
+
+@pytest.fixture(scope="module")
+def gcp(gcs_endpoint: str) -> Iterator[Cloud]:
+    resources = preview_program(REPO_ROOT, "gcp-prod")
+    bucket = _one(resources, "gcp:storage/bucket:Bucket").outputs["name"]
+    created = requests.post(
+        f"{gcs_endpoint}/storage/v1/b", params={"project": "p"}, json={"name": bucket}, timeout=10
+    )
+    assert created.status_code in (200, 409), created.text
+    layer = GcsPermissionLayer(gcs_endpoint, BucketPolicy.from_preview(resources, bucket))
+    members = {
+        team: _one(
+            resources, "gcp:storage/bucketIAMMember:BucketIAMMember", f"{team}-training"
+        ).inputs["member"]
+        for team in TEAMS
+    }
+    env = {team: {"STORAGE_EMULATOR_HOST": layer.listen(m)} for team, m in members.items()}
+    yield Cloud("gs", bucket, layer, members, env, gcs_endpoint)
+    layer.close()
+
+
+def _trainer(cloud: Cloud, team: str, uri: str, steps: int = STEPS, port: int | None = None):
+    args = ["--steps", str(steps), "--every-steps", str(EVERY), "--checkpoint-uri", uri]
+    if port is not None:
+        args += ["--metrics-port", str(port)]
+    env = {**cloud.env[team], "SPOTSAFE_NOTICE_SOURCES": "sigterm"}
+    return start_trainer(*args, env=env)
+
+
+def _committed(log: str) -> int:
+    return max(int(step) for step in re.findall(r"committed step (\d+)", log))
+
+
+def run_protocol(cloud: Cloud, team: str) -> None:
+    uri = cloud.uri(team, f"run-{uuid.uuid4().hex[:6]}")
+    ports = [free_port() for _ in range(3)]
+
+    # A first start on an empty prefix (no marker to read), saves and retention; then a notice:
+    # the marker, the final save, exit 75.
+    first = _trainer(cloud, team, uri, port=ports[0])
+    wait_for_step(ports[0], 4 * EVERY, first, metric=COMMITTED)
+    first.send_signal(signal.SIGTERM)
+    code, stopped, err = result_of(first)
+    assert code == EXIT_PREEMPTED and stopped["durable_at"], err
+
+    # The next attempt restores and reads the marker, saves, and freezes (SIGSTOP): the pod that
+    # would not drain. Its replacement claims the next attempt, saves, and is killed without a
+    # word (SIGKILL). Thawed, the old attempt is fenced at its next commit.
+    second = _trainer(cloud, team, uri, port=ports[1])
+    wait_for_step(ports[1], stopped["final_step"] + EVERY, second, metric=COMMITTED)
+    second.send_signal(signal.SIGSTOP)
+    third = _trainer(cloud, team, uri, port=ports[2])
+    resumed = wait_for_step(ports[2], 1, third, metric="spotsafe_resumed_from_step")
+    wait_for_step(ports[2], resumed + EVERY, third, metric=COMMITTED)
+    third.kill()
+    _, err = third.communicate(timeout=60)
+    last = _committed(err)
+    second.send_signal(signal.SIGCONT)
+    _, err = second.communicate(timeout=600)
+    assert second.returncode == 2, err
+    assert "superseded by attempt 3" in err or "by another writer meanwhile" in err, err
+
+    # A restart finds no marker, resumes from the killed attempt's last commit and finishes.
+    code, final, err = result_of(_trainer(cloud, team, uri, steps=last + 5 * EVERY))
+    assert code == 0 and final["resumed_from"] == last, err
+    assert final["final_step"] == last + 5 * EVERY
+
+
+CLOUDS = {"s3": "aws", "gcs": "gcp"}
+
+
+@pytest.fixture(params=CLOUDS)
+def cloud(request: pytest.FixtureRequest) -> Cloud:
+    return request.getfixturevalue(CLOUDS[request.param])
+
+
+@pytest.fixture
+def as_team(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Cloud, str], None]]:
+    """Give this process a team's credentials and endpoint, as its pod would have them."""
+
+    def become(cloud: Cloud, team: str) -> None:
+        for key, value in {**cloud.env[team], "SPOTSAFE_NOTICE_SOURCES": "sigterm"}.items():
+            monkeypatch.setenv(key, value)
+        # The process's one boto3 session keeps the credentials it found first.
+        s3._session.cache_clear()
+
+    yield become
+    s3._session.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("cloud", "team"), [("s3", TEAMS[0]), ("gcs", TEAMS[-1])], indirect=["cloud"]
+)
+def test_the_whole_protocol_passes_under_a_teams_own_identity(cloud: Cloud, team: str):
+    run_protocol(cloud, team)
+    assert not cloud.failures(team), "\n".join(cloud.failures(team))
+
+
+@pytest.mark.parametrize("team", TEAMS)
+def test_every_team_trains_resumes_and_writes_large_objects_with_its_own_rights(
+    cloud: Cloud, team: str, as_team
+):
+    as_team(cloud, team)
+    since = len(cloud.proxy.of(cloud.identity[team]))
+    uri = cloud.uri(team, f"in-process-{uuid.uuid4().hex[:6]}")
+    first = run(TrainConfig(3 * EVERY, uri, EVERY))
+    resumed = run(TrainConfig(6 * EVERY, uri, EVERY))
+    assert (first["resumed_from"], resumed["resumed_from"]) == (None, 3 * EVERY)
+    store = open_store(uri)
+    big = bytes(range(256)) * (40 * 1024 + 1)  # over one 8 MiB part: multipart, resumable
+    store.put("large/state.pt", big)
+    store.put("large/state.pt", big)  # an overwrite
+    assert store.get("large/state.pt") == big
+    store.delete(["large/state.pt"])
+    assert not cloud.failures(team, since), "\n".join(cloud.failures(team, since))
