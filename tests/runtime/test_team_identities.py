@@ -25,9 +25,15 @@ from dataclasses import dataclass
 
 import pytest
 import requests
-from gcs_iam import BucketPolicy, GcsPermissionLayer
+import torch
+from botocore.exceptions import ClientError
+from gcs_iam import Binding, BucketPolicy, GcsPermissionLayer
+from google.api_core.exceptions import Forbidden
+from google.cloud import storage
 from recording_proxy import RecordingProxy
-from s3_iam import PerKeyDeletes, admin_client, enforce_iam, iam_users
+from s3_iam import PerKeyDeletes, admin_client, client_as, enforce_iam, iam_users
+from spotsafe import Run
+from spotsafe.errors import StoragePermissionError
 from spotsafe.examples.train import TrainConfig, run
 from spotsafe.local_servers import free_port, s3_server
 from spotsafe.preemption import EXIT_PREEMPTED
@@ -49,6 +55,8 @@ COMMITTED = "spotsafe_checkpoint_last_committed_step"
 # Answers that are part of the protocol: created, resumable chunk taken, missing (the marker on a
 # first start), create-only conflict.
 PASSED = {200, 204, 206, 308, 404, 412}
+# Notices by signal only: there are no metadata servers to reach here.
+QUIET = {"SPOTSAFE_NOTICE_SOURCES": "sigterm"}
 
 
 @dataclass
@@ -122,8 +130,7 @@ def _trainer(cloud: Cloud, team: str, uri: str, steps: int = STEPS, port: int | 
     args = ["--steps", str(steps), "--every-steps", str(EVERY), "--checkpoint-uri", uri]
     if port is not None:
         args += ["--metrics-port", str(port)]
-    env = {**cloud.env[team], "SPOTSAFE_NOTICE_SOURCES": "sigterm"}
-    return start_trainer(*args, env=env)
+    return start_trainer(*args, env={**cloud.env[team], **QUIET})
 
 
 def _committed(log: str) -> int:
@@ -178,7 +185,7 @@ def as_team(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Cloud, str], 
     """Give this process a team's credentials and endpoint, as its pod would have them."""
 
     def become(cloud: Cloud, team: str) -> None:
-        for key, value in {**cloud.env[team], "SPOTSAFE_NOTICE_SOURCES": "sigterm"}.items():
+        for key, value in {**cloud.env[team], **QUIET}.items():
             monkeypatch.setenv(key, value)
         # The process's one boto3 session keeps the credentials it found first.
         s3._session.cache_clear()
@@ -212,3 +219,102 @@ def test_every_team_trains_resumes_and_writes_large_objects_with_its_own_rights(
     assert store.get("large/state.pt") == big
     store.delete(["large/state.pt"])
     assert not cloud.failures(team, since), "\n".join(cloud.failures(team, since))
+
+
+def _other(team: str) -> str:
+    return next(t for t in TEAMS if t != team)
+
+
+def _s3_probes(cloud: Cloud, team: str) -> dict[str, Callable[[], object]]:
+    """Calls a team's identity must never get through. Not here: listing another prefix, which
+    moto would allow (it ignores the s3:prefix condition; test_checkpoint_access measures it)."""
+    client = client_as(cloud.env[team], cloud.env[team]["AWS_ENDPOINT_URL"])
+    bucket, theirs, sibling = cloud.bucket, f"{PREFIX[_other(team)]}/run/x", f"{PREFIX[team]}-3d/x"
+    return {
+        "other team's object: read": lambda: client.get_object(Bucket=bucket, Key=theirs),
+        "other team's object: write": lambda: client.put_object(
+            Bucket=bucket, Key=theirs, Body=b""
+        ),
+        "other team's object: delete": lambda: client.delete_object(Bucket=bucket, Key=theirs),
+        "sibling prefix: read": lambda: client.get_object(Bucket=bucket, Key=sibling),
+        "bucket policy": lambda: client.get_bucket_policy(Bucket=bucket),
+        "bucket versioning": lambda: client.get_bucket_versioning(Bucket=bucket),
+        "suspend versioning": lambda: client.put_bucket_versioning(
+            Bucket=bucket, VersioningConfiguration={"Status": "Suspended"}
+        ),
+        "object versions": lambda: client.list_object_versions(Bucket=bucket),
+        "delete the bucket": lambda: client.delete_bucket(Bucket=bucket),
+    }
+
+
+def _gcs_probes(cloud: Cloud, team: str) -> dict[str, Callable[[], object]]:
+    client = storage.Client()
+    bucket = client.bucket(cloud.bucket)
+    theirs, sibling = bucket.blob(f"{PREFIX[_other(team)]}/run/x"), f"{PREFIX[team]}-3d/x"
+    return {
+        "other team's prefix: list": lambda: list(
+            client.list_blobs(bucket, prefix=f"{PREFIX[_other(team)]}/")
+        ),
+        "other team's object: read": theirs.download_as_bytes,
+        "other team's object: write": lambda: theirs.upload_from_string(b""),
+        "other team's object: delete": theirs.delete,
+        "sibling prefix: read": bucket.blob(sibling).download_as_bytes,
+        "own prefix without its '/': list": lambda: list(
+            client.list_blobs(bucket, prefix=PREFIX[team])
+        ),
+        "whole bucket: list": lambda: list(client.list_blobs(bucket)),
+        "bucket metadata": lambda: client.get_bucket(cloud.bucket),
+        "bucket IAM policy": bucket.get_iam_policy,
+        "bucket labels": lambda: client.bucket(cloud.bucket).patch(),
+        "delete the bucket": bucket.delete,
+    }
+
+
+@pytest.mark.parametrize("team", TEAMS)
+def test_a_team_is_refused_beyond_its_prefix_and_on_the_bucket(
+    cloud: Cloud, team: str, as_team, monkeypatch: pytest.MonkeyPatch
+):
+    as_team(cloud, team)
+    # The client's own background bucket lookup, off as the runtime's store turns it off.
+    monkeypatch.setenv("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
+    since = len(cloud.proxy.of(cloud.identity[team]))
+    probes = _s3_probes(cloud, team) if cloud.scheme == "s3" else _gcs_probes(cloud, team)
+    allowed = []
+    for what, call in probes.items():
+        try:
+            call()
+            allowed.append(what)
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "AccessDenied", (what, e.response)
+        except Forbidden:
+            pass
+    assert not allowed, f"{team} on {cloud.scheme} may: {allowed}"
+    statuses = [e.status for e in cloud.proxy.of(cloud.identity[team])[since:]]
+    assert statuses == [403] * len(probes), statuses
+
+
+def test_a_team_that_cannot_read_its_own_prefix_is_named_in_one_line(
+    gcp: Cloud, monkeypatch: pytest.MonkeyPatch
+):
+    """The harness's bad input: a role that lost storage.objects.get. The first start already
+    reads (the preemption marker); it stops with the permission and the caller named."""
+    team, layer = TEAMS[0], gcp.proxy
+    member = gcp.identity[team]
+    crippled = [
+        Binding(b.permissions - {"storage.objects.get"}, b.condition)
+        for b in layer.policy.bindings[member]
+    ]
+    broken = GcsPermissionLayer(gcp.server, BucketPolicy(gcp.bucket, {member: crippled}))
+    for key, value in {"STORAGE_EMULATOR_HOST": broken.listen(member), **QUIET}.items():
+        monkeypatch.setenv(key, value)
+    uri = gcp.uri(team, f"locked-{uuid.uuid4().hex[:6]}")
+    with (
+        pytest.raises(StoragePermissionError) as refused,
+        Run(uri, {"model": torch.nn.Linear(1, 1)}),
+    ):
+        pass
+    broken.close()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"{uri.removeprefix('gs://')}/preempted.json" in message
+    assert f"{member.removeprefix('serviceAccount:')} lacks storage.objects.get" in message
