@@ -10,8 +10,8 @@ The whole protocol runs as trainer processes, on each cloud under one team's ide
 teams differ only in their prefix): a first start on an empty prefix, saves and retention, a
 notice (the final save and the preemption marker), a restore that reads the marker, a replacement
 started while the old attempt still lives (fenced), a hard kill, and a restart that finishes.
-Every team, on every cloud, also trains, resumes and writes a multi-part object. Every request
-must pass; the same identity on the other team's prefix, and on the bucket, is refused.
+The other team trains and resumes, and every team writes an object of several parts. Every
+request must pass; the same identity on the other team's prefix, and on the bucket, is refused.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import pytest
 import requests
 import torch
 from botocore.exceptions import ClientError
-from gcs_iam import Binding, BucketPolicy, GcsPermissionLayer
+from gcs_iam import Binding, BucketPolicy, Check, GcsPermissionLayer, checks_for
 from google.api_core.exceptions import Forbidden
 from google.cloud import storage
-from recording_proxy import RecordingProxy
+from recording_proxy import RecordingProxy, Request
 from s3_iam import PerKeyDeletes, admin_client, client_as, enforce_iam, iam_users
 from spotsafe import Run
 from spotsafe.errors import StoragePermissionError
@@ -173,6 +173,10 @@ def run_protocol(cloud: Cloud, team: str) -> None:
 
 
 CLOUDS = {"s3": "aws", "gcs": "gcp"}
+# The whole protocol runs in processes under one team per cloud, each team on one cloud (the
+# calls are the same for every prefix); the other team trains and resumes in this process.
+PROTOCOL = [("s3", TEAMS[0]), ("gcs", TEAMS[-1])]
+OTHERS = [("s3", TEAMS[-1]), ("gcs", TEAMS[0])]
 
 
 @pytest.fixture(params=CLOUDS)
@@ -194,30 +198,34 @@ def as_team(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Cloud, str], 
     s3._session.cache_clear()
 
 
-@pytest.mark.parametrize(
-    ("cloud", "team"), [("s3", TEAMS[0]), ("gcs", TEAMS[-1])], indirect=["cloud"]
-)
+@pytest.mark.parametrize(("cloud", "team"), PROTOCOL, indirect=["cloud"])
 def test_the_whole_protocol_passes_under_a_teams_own_identity(cloud: Cloud, team: str):
     run_protocol(cloud, team)
     assert not cloud.failures(team), "\n".join(cloud.failures(team))
 
 
-@pytest.mark.parametrize("team", TEAMS)
-def test_every_team_trains_resumes_and_writes_large_objects_with_its_own_rights(
-    cloud: Cloud, team: str, as_team
-):
+@pytest.mark.parametrize(("cloud", "team"), OTHERS, indirect=["cloud"])
+def test_the_other_team_trains_and_resumes_with_its_own_rights(cloud: Cloud, team: str, as_team):
     as_team(cloud, team)
     since = len(cloud.proxy.of(cloud.identity[team]))
     uri = cloud.uri(team, f"in-process-{uuid.uuid4().hex[:6]}")
     first = run(TrainConfig(3 * EVERY, uri, EVERY))
     resumed = run(TrainConfig(6 * EVERY, uri, EVERY))
     assert (first["resumed_from"], resumed["resumed_from"]) == (None, 3 * EVERY)
-    store = open_store(uri)
-    big = bytes(range(256)) * (40 * 1024 + 1)  # over one 8 MiB part: multipart, resumable
-    store.put("large/state.pt", big)
-    store.put("large/state.pt", big)  # an overwrite
-    assert store.get("large/state.pt") == big
-    store.delete(["large/state.pt"])
+    assert not cloud.failures(team, since), "\n".join(cloud.failures(team, since))
+
+
+@pytest.mark.parametrize("team", TEAMS)
+def test_large_objects_go_up_in_parts_with_every_teams_rights(cloud: Cloud, team: str, as_team):
+    """Multipart uploads on S3, resumable ones on GCS: real models' state is over one part."""
+    as_team(cloud, team)
+    since = len(cloud.proxy.of(cloud.identity[team]))
+    store = open_store(cloud.uri(team, f"large-{uuid.uuid4().hex[:6]}"))
+    big = bytes(range(256)) * (40 * 1024 + 1)  # just over PART_SIZE (8 MiB): two parts
+    store.put("step-1/state.pt", big)
+    store.put("step-1/state.pt", big)  # an overwrite
+    assert store.get("step-1/state.pt") == big
+    store.delete(["step-1/state.pt"])
     assert not cloud.failures(team, since), "\n".join(cloud.failures(team, since))
 
 
@@ -318,3 +326,40 @@ def test_a_team_that_cannot_read_its_own_prefix_is_named_in_one_line(
     assert "\n" not in message
     assert f"{uri.removeprefix('gs://')}/preempted.json" in message
     assert f"{member.removeprefix('serviceAccount:')} lacks storage.objects.get" in message
+
+
+def _request(method: str, path: str, body: dict | None = None) -> Request:
+    content = json.dumps(body).encode() if body else b""
+    return Request(method, path, {"content-type": "application/json"}, content)
+
+
+def test_the_layer_asks_for_the_permissions_googles_table_names():
+    """cloud.google.com/storage/docs/access-control/iam-json, and objects/insert: overwriting an
+    object also needs storage.objects.delete; create-only (ifGenerationMatch=0) never does."""
+    b, o = "/storage/v1/b/bkt", "/storage/v1/b/bkt/o"
+    cases = {
+        ("GET", b): [Check("storage.buckets.get", "bkt")],
+        ("GET", f"{b}/iam"): [Check("storage.buckets.getIamPolicy", "bkt")],
+        ("DELETE", b): [Check("storage.buckets.delete", "bkt")],
+        ("GET", f"{o}?prefix=t%2Fv%2F"): [Check("storage.objects.list", "bkt", list_prefix="t/v/")],
+        ("GET", o): [Check("storage.objects.list", "bkt", list_prefix="")],
+        ("GET", f"{o}/t%2Fv%2Fx"): [Check("storage.objects.get", "bkt", "t/v/x")],
+        ("GET", f"/download{o}/t%2Fv%2Fx?alt=media"): [
+            Check("storage.objects.get", "bkt", "t/v/x")
+        ],
+        ("DELETE", f"{o}/t%2Fv%2Fx"): [Check("storage.objects.delete", "bkt", "t/v/x")],
+        ("POST", f"/upload{o}?uploadType=resumable&ifGenerationMatch=0"): [
+            Check("storage.objects.create", "bkt", "t/v/new")
+        ],
+        ("POST", f"/upload{o}?uploadType=resumable"): [
+            Check("storage.objects.create", "bkt", "t/v/new"),
+            Check("storage.objects.delete", "bkt", "t/v/new"),
+        ],
+    }
+    for (method, path), expected in cases.items():
+        request = _request(method, path, {"name": "t/v/new"} if method == "POST" else None)
+        assert checks_for(request, object_exists=lambda bucket, name: True) == expected, path
+    assert checks_for(_request("POST", f"{o}/x/compose"), lambda b, n: False) is None
+    assert Check("storage.objects.get", "bkt", "t/v/x").resource == (
+        "projects/_/buckets/bkt/objects/t/v/x"
+    )
