@@ -6,10 +6,11 @@ policy from the prod preview (s3_iam). GCS: fake-gcs-server behind the permissio
 (gcs_iam), with the bucket's bindings, the checkpoint role and its IAM Condition from the
 gcp-prod preview. A recording proxy sees every request a team makes, and its answer.
 
-The whole protocol runs as trainer processes, on each cloud under one team's identity (the two
-teams differ only in their prefix): a first start on an empty prefix, saves and retention, a
-notice (the final save and the preemption marker), a restore that reads the marker, a replacement
-started while the old attempt still lives (fenced), a hard kill, and a restart that finishes.
+The whole protocol runs on each cloud under one team's identity (the two teams differ only in
+their prefix), by trainer processes: a first start on an empty prefix and its saves, a hard kill,
+a restart, a replacement started while that attempt still lives (fenced), a notice (the
+preemption marker and the final save), and a last attempt that reads the marker, resumes and
+finishes, retention deleting old checkpoints.
 The other team trains and resumes, and every team writes an object of several parts. Every
 request must pass; the same identity on the other team's prefix, and on the bucket, is refused.
 """
@@ -17,7 +18,6 @@ request must pass; the same identity on the other team's prefix, and on the buck
 from __future__ import annotations
 
 import json
-import re
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -133,48 +133,45 @@ def _trainer(cloud: Cloud, team: str, uri: str, steps: int = STEPS, port: int | 
     return start_trainer(*args, env={**cloud.env[team], **QUIET})
 
 
-def _committed(log: str) -> int:
-    return max(int(step) for step in re.findall(r"committed step (\d+)", log))
-
-
 def run_protocol(cloud: Cloud, team: str) -> None:
+    """Three attempts as processes, and a last one in this process (as the team already)."""
     uri = cloud.uri(team, f"run-{uuid.uuid4().hex[:6]}")
     ports = [free_port() for _ in range(3)]
 
-    # A first start on an empty prefix (no marker to read), saves and retention; then a notice:
-    # the marker, the final save, exit 75.
+    # A first start on an empty prefix (no marker to read) saves, and is killed without a word.
     first = _trainer(cloud, team, uri, port=ports[0])
-    wait_for_step(ports[0], 4 * EVERY, first, metric=COMMITTED)
-    first.send_signal(signal.SIGTERM)
-    code, stopped, err = result_of(first)
-    assert code == EXIT_PREEMPTED and stopped["durable_at"], err
+    wait_for_step(ports[0], EVERY, first, metric=COMMITTED)
+    first.kill()
+    first.communicate(timeout=60)
 
-    # The next attempt restores and reads the marker, saves, and freezes (SIGSTOP): the pod that
-    # would not drain. Its replacement claims the next attempt, saves, and is killed without a
-    # word (SIGKILL). Thawed, the old attempt is fenced at its next commit.
+    # The restart finds no marker either, restores, saves, and freezes (SIGSTOP): the pod that
+    # would not drain. Its replacement claims the next attempt, restores, saves, and gets a
+    # notice: the marker, the final save, exit 75. Thawed, the old attempt is fenced at its
+    # next commit.
     second = _trainer(cloud, team, uri, port=ports[1])
-    wait_for_step(ports[1], stopped["final_step"] + EVERY, second, metric=COMMITTED)
+    resumed = wait_for_step(ports[1], EVERY, second, metric="spotsafe_resumed_from_step")
+    wait_for_step(ports[1], resumed + EVERY, second, metric=COMMITTED)
     second.send_signal(signal.SIGSTOP)
     third = _trainer(cloud, team, uri, port=ports[2])
-    resumed = wait_for_step(ports[2], 1, third, metric="spotsafe_resumed_from_step")
+    resumed = wait_for_step(ports[2], EVERY, third, metric="spotsafe_resumed_from_step")
     wait_for_step(ports[2], resumed + EVERY, third, metric=COMMITTED)
-    third.kill()
-    _, err = third.communicate(timeout=60)
-    last = _committed(err)
+    third.send_signal(signal.SIGTERM)
+    code, stopped, err = result_of(third)
+    assert code == EXIT_PREEMPTED and stopped["durable_at"], err
     second.send_signal(signal.SIGCONT)
     _, err = second.communicate(timeout=600)
     assert second.returncode == 2, err
     assert "superseded by attempt 3" in err or "by another writer meanwhile" in err, err
 
-    # A restart finds no marker, resumes from the killed attempt's last commit and finishes.
-    code, final, err = result_of(_trainer(cloud, team, uri, steps=last + 5 * EVERY))
-    assert code == 0 and final["resumed_from"] == last, err
-    assert final["final_step"] == last + 5 * EVERY
+    # The last attempt reads the marker, resumes from the final save and finishes; retention
+    # deletes all but the newest checkpoints of the four attempts.
+    final = run(TrainConfig(stopped["final_step"] + 5 * EVERY, uri, EVERY))
+    assert final["resumed_from"] == stopped["final_step"]
 
 
 CLOUDS = {"s3": "aws", "gcs": "gcp"}
-# The whole protocol runs in processes under one team per cloud, each team on one cloud (the
-# calls are the same for every prefix); the other team trains and resumes in this process.
+# The whole protocol runs under one team per cloud, each team on one cloud (the calls are the
+# same for every prefix); the other team trains and resumes in this process.
 PROTOCOL = [("s3", TEAMS[0]), ("gcs", TEAMS[-1])]
 OTHERS = [("s3", TEAMS[-1]), ("gcs", TEAMS[0])]
 
@@ -199,8 +196,11 @@ def as_team(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Cloud, str], 
 
 
 @pytest.mark.parametrize(("cloud", "team"), PROTOCOL, indirect=["cloud"])
-def test_the_whole_protocol_passes_under_a_teams_own_identity(cloud: Cloud, team: str):
+def test_the_whole_protocol_passes_under_a_teams_own_identity(cloud: Cloud, team: str, as_team):
+    as_team(cloud, team)
     run_protocol(cloud, team)
+    requests_made = cloud.proxy.of(cloud.identity[team])
+    assert any(e.method == "DELETE" and "step-" in e.path for e in requests_made), "no retention"
     assert not cloud.failures(team), "\n".join(cloud.failures(team))
 
 
