@@ -183,15 +183,6 @@ def _json(body: dict) -> bytes:
     return json.dumps(body).encode()
 
 
-@dataclass(frozen=True)
-class Decision:
-    identity: str
-    method: str
-    path: str
-    checks: tuple[Check, ...]
-    refused: Check | None
-
-
 class GcsPermissionLayer(RecordingProxy):
     """fake-gcs-server behind the IAM of one bucket. `listen(member)` gives the endpoint a
     client uses as that member (e.g. `serviceAccount:vision@p.iam.gserviceaccount.com`)."""
@@ -199,7 +190,6 @@ class GcsPermissionLayer(RecordingProxy):
     def __init__(self, upstream: str, policy: BucketPolicy) -> None:
         super().__init__(upstream)
         self.policy = policy
-        self.decisions: list[Decision] = []
         self._sessions: set[str] = set()  # upload ids this layer admitted
 
     def answer(self, identity: str, request: Request) -> Response | None:
@@ -213,10 +203,6 @@ class GcsPermissionLayer(RecordingProxy):
             body = {"error": {"code": 501, "message": f"unmapped: {request.method} {request.path}"}}
             return Response(501, {"content-type": "application/json"}, _json(body))
         refused = next((c for c in checks if not self.policy.allows(identity, c)), None)
-        with self._lock:
-            self.decisions.append(
-                Decision(identity, request.method, request.path, tuple(checks), refused)
-            )
         return None if refused is None else denial(identity, refused)
 
     def forwarded(self, identity: str, request: Request, response: Response) -> Response:
