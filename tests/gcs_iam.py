@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import BytesParser
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -112,7 +113,7 @@ class BucketPolicy:
         return any(b.grants(check) for b in self.bindings.get(member, []))
 
 
-def checks_for(request: Request, object_exists) -> list[Check] | None:
+def checks_for(request: Request, object_exists: Callable[[str, str], bool]) -> list[Check] | None:
     """What `request` needs; None when the layer does not know the request.
 
     object_exists(bucket, name) says whether an upload would overwrite.

@@ -41,7 +41,6 @@ class Exchange:
     method: str
     path: str
     status: int
-    answered_by_proxy: bool  # refused (or answered) here, never reaching the server
     body: str  # of an answer >= 400: what the service said
 
     def __str__(self) -> str:
@@ -84,9 +83,9 @@ class RecordingProxy:
         finally:
             connection.close()
 
-    def record(self, identity: str, request: Request, response: Response, own: bool) -> None:
+    def record(self, identity: str, request: Request, response: Response) -> None:
         said = response.body[:400].decode(errors="replace") if response.status >= 400 else ""
-        exchange = Exchange(identity, request.method, request.path, response.status, own, said)
+        exchange = Exchange(identity, request.method, request.path, response.status, said)
         with self._lock:
             self.exchanges.append(exchange)
 
@@ -106,13 +105,12 @@ class RecordingProxy:
                     self.rfile.read(length),
                 )
                 response = proxy.answer(identity, request)
-                own = response is not None
                 if response is None:
                     try:
                         response = proxy.forwarded(identity, request, proxy.forward(request))
                     except OSError as e:  # the server hung up: a gateway's 502, recorded
                         response = Response(502, {}, f"{type(e).__name__}: {e}".encode())
-                proxy.record(identity, request, response, own)
+                proxy.record(identity, request, response)
                 self.send_response(response.status)
                 for name, value in response.headers.items():
                     if name not in HOP_BY_HOP and name != "content-length":

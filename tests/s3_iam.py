@@ -89,7 +89,7 @@ class PerKeyDeletes(RecordingProxy):
         for key in keys:
             single = self._signed_delete(identity, bucket, key)
             answer = self.forward(single)
-            self.record(identity, single, answer, own=False)
+            self.record(identity, single, answer)
             if answer.status in (200, 204):
                 ElementTree.SubElement(ElementTree.SubElement(result, "Deleted"), "Key").text = key
             else:
