@@ -16,12 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-import boto3
 import pytest
-import requests
 from botocore.exceptions import ClientError
 from previewed import Preview
-from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
+from s3_iam import admin_client, client_as, enforce_iam, iam_users
+from spotsafe.local_servers import s3_server
 from stack_files import stack_values
 
 from components.config import load_config
@@ -39,14 +38,6 @@ KEYS = {
     "restore": f"{LANGUAGE.checkpoint_prefix}/run/step-0/model.pt",
     "break-glass": f"{SIBLING}/run/step-0/model.pt",
 }
-
-
-def _credentials(env: dict) -> dict:
-    return {
-        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
-        "region_name": env["AWS_DEFAULT_REGION"],
-    }
 
 
 def _policy(prod: Preview, name: str) -> dict:
@@ -89,8 +80,7 @@ def bucket(prod: Preview) -> Iterator[Bucket]:
         },
     }
     with s3_server() as endpoint:
-        setup = {"endpoint_url": endpoint, **_credentials(LOCAL_AWS_ENV)}
-        admin = boto3.client("s3", **setup)
+        admin = admin_client(endpoint)
         admin.create_bucket(Bucket=name)
         admin.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
         # A bucket policy to remove (moto would apply the stack's TLS-only one to every plain
@@ -99,23 +89,9 @@ def bucket(prod: Preview) -> Iterator[Bucket]:
         for key in KEYS.values():
             for body in (b"old", b"new"):
                 admin.put_object(Bucket=name, Key=key, Body=body)
-        iam = boto3.client("iam", **setup)
-        clients = {}
-        for identity, policy in policies.items():
-            iam.create_user(UserName=identity)
-            iam.put_user_policy(
-                UserName=identity, PolicyName=identity, PolicyDocument=json.dumps(policy)
-            )
-            key = iam.create_access_key(UserName=identity)["AccessKey"]
-            clients[identity] = boto3.client(
-                "s3",
-                endpoint_url=endpoint,
-                region_name="us-east-1",
-                aws_access_key_id=key["AccessKeyId"],
-                aws_secret_access_key=key["SecretAccessKey"],
-            )
-        # From here on the server enforces IAM for every request.
-        requests.post(f"{endpoint}/moto-api/reset-auth", data=b"0", timeout=10).raise_for_status()
+        keys = iam_users(endpoint, policies)
+        clients = {identity: client_as(key, endpoint) for identity, key in keys.items()}
+        enforce_iam(endpoint)
         yield Bucket(name, clients)
 
 

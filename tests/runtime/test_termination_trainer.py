@@ -46,7 +46,8 @@ def result_of(proc: subprocess.Popen) -> tuple[int, dict, str]:
 
 def wait_for_step(
     port: int, step: int, proc: subprocess.Popen, metric: str = "spotsafe_training_step"
-) -> None:
+) -> float:
+    """Wait until the process's metric reaches step; return the value it has then."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()
@@ -57,7 +58,7 @@ def wait_for_step(
             continue
         for family in text_string_to_metric_families(text.decode()):
             if family.name == metric and family.samples[0].value >= step:
-                return
+                return family.samples[0].value
         time.sleep(0.02)
     raise AssertionError(f"{metric} never reached {step}")
 

@@ -6,11 +6,17 @@ own, while the next part fills). Either way the
 client sends the CRC32C for GCS to check (metadata, or ``x-goog-hash`` with the last chunk) and
 compares it with the one GCS reports. The client honours STORAGE_EMULATOR_HOST, so the same code
 talks to GCS and to fake-gcs-server.
+
+A training identity may reach objects under its team's prefix and nothing on the bucket, so the
+store makes object calls only: a 404 on a download means the object is missing, on a listing or
+an upload that the bucket is (the runtime lists before it reads).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -28,6 +34,15 @@ from spotsafe.storage.parts import PartStore, PartWriter, Written, part_size_for
 from spotsafe.storage.private_random import isolate_google
 
 log = logging.getLogger(__name__)
+
+# GCS's 403: "<caller> does not have <permission> access to the Google Cloud Storage object. ..."
+_DENIED = re.compile(
+    r"(?P<caller>[\w.+-]+@[\w.-]+|Anonymous caller) does not have (?P<permission>[\w.]+) access"
+)
+# The client looks its buckets' metadata up in the background (storage.buckets.get), for trace
+# attributes; a training identity may not, and every refusal is an ERROR in the audit log
+# (googleapis/google-cloud-python#17650). This is the library's switch for it.
+_NO_BUCKET_LOOKUP = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 
 
 class _GCSUpload:
@@ -90,6 +105,7 @@ class GCSStore(PartStore):
         except ImportError as e:
             raise StorageError("gs:// URIs need the GCS client: pip install 'spotsafe[gcs]'") from e
         isolate_google()
+        os.environ.setdefault(_NO_BUCKET_LOOKUP, "true")
         self.uri = uri
         self.prefix = f"{prefix}/" if prefix else ""
         self.max_attempts = max_attempts
@@ -122,13 +138,24 @@ class GCSStore(PartStore):
         try:
             yield
         except gexc.NotFound as e:
-            if not self.bucket.exists(retry=self.retry, timeout=self.timeout):
-                raise BucketNotFoundError(
-                    f"bucket {self.bucket.name!r} does not exist at {self.endpoint}; "
-                    "create it or correct the checkpoint URI"
-                ) from e
-            raise ObjectMissingError(f"{where} does not exist") from e
-        except (gexc.Forbidden, gexc.Unauthorized, DefaultCredentialsError) as e:
+            if action == "download":  # listings and uploads 404 only when the bucket is missing
+                raise ObjectMissingError(f"{where} does not exist") from e
+            raise BucketNotFoundError(
+                f"bucket {self.bucket.name!r} does not exist at {self.endpoint}; "
+                "create it or correct the checkpoint URI"
+            ) from e
+        except gexc.Forbidden as e:
+            denied = _DENIED.search(e.message)
+            who = (
+                f"{denied['caller']} lacks {denied['permission']}"
+                if denied
+                else f"GCS said: {e.message}"
+            )
+            raise StoragePermissionError(
+                f"permission denied for {action} of {where} at {self.endpoint}: {who}; "
+                "grant the training identity read/write on this prefix"
+            ) from e
+        except (gexc.Unauthorized, DefaultCredentialsError) as e:
             raise StoragePermissionError(
                 f"permission denied for {action} of {where} at {self.endpoint}; "
                 "grant the training identity read/write on this prefix"
