@@ -171,6 +171,19 @@ class PartStore(ABC):
             out.write(view)
         return out.written
 
+    @abstractmethod
+    def create_only(self, key: str, data: bytes) -> bool:
+        """Create the object at key only if there is none; False when the store refused because
+        an object exists."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if self.create_only(key, data):
+            return True
+        # A client that retried this very write after its answer was lost is refused by the
+        # first try: the object then holds exactly these bytes. What is written create-only
+        # (manifests, leases) names its writer's attempt and time, so no other writer's is equal.
+        return self.get(key) == data
+
     def put_file(self, key: str, path: str | os.PathLike) -> Written:
         with open(path, "rb") as f, self.writer(key, os.fstat(f.fileno()).st_size) as out:
             shutil.copyfileobj(f, out, PART_SIZE)
