@@ -43,6 +43,10 @@ def _answered(e: Exception) -> bool:
     return isinstance(e, (GoogleAPIError, GoogleAuthError, RequestsConnectionError, Timeout))
 
 
+def _refuse_unframed(response, *args: Any, **kwargs: Any) -> None:
+    retries.refuse_unframed(response.status_code, response.headers)
+
+
 class _GCSUpload:
     def __init__(self, store: GCSStore, key: str, part_size: int) -> None:
         self.store = store
@@ -115,6 +119,7 @@ class GCSStore(PartStore):
         self.retry = DEFAULT_RETRY.with_delay(
             initial=retries.FIRST_BACKOFF_S, maximum=retries.MAX_BACKOFF_S, multiplier=2.0
         ).with_timeout(max_attempts * (connect_timeout_s + retries.MAX_BACKOFF_S))
+        self.client._http.hooks["response"].append(_refuse_unframed)
         retries.quiet_cut_headers()
         self.timeout = (connect_timeout_s, 60)
         self.pool = ThreadPoolExecutor(1, "spotsafe-gcs-part")  # one worker: chunks in order

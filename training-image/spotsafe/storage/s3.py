@@ -54,6 +54,10 @@ def _answered(e: Exception) -> bool:
     return isinstance(e, (BotoCoreError, ClientError))
 
 
+def _refuse_unframed(response_dict: dict, **_) -> None:
+    retries.refuse_unframed(response_dict["status_code"], response_dict["headers"])
+
+
 class _S3Upload:
     """One object: a single PutObject, or a multipart upload whose full-object CRC32C S3
     checks when it completes; every part carries its own CRC32C too, checked on arrival."""
@@ -134,6 +138,7 @@ class S3Store(PartStore):
             s3={"payload_signing_enabled": False},
         )
         self.client = _session().client("s3", config=config)
+        self.client.meta.events.register("before-parse.s3", _refuse_unframed)
         retries.quiet_cut_headers()
         self.endpoint = self.client.meta.endpoint_url
         self.pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, "spotsafe-part")
