@@ -93,18 +93,19 @@ class FaultProxy:
         self.requests = 0
         self.exchanges: list[Exchange] = []
         self._rng = random.Random(seed)
-        self._aimed: list[list] = []  # [kind, compiled pattern, times left]
+        self._aimed: list[list] = []  # [kind, compiled pattern, times left, to spare first]
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def inject(self, kind: str, pattern: str, times: int = 1) -> None:
-        """Inflict `kind` on the next `times` requests whose 'METHOD target' matches pattern."""
+    def inject(self, kind: str, pattern: str, times: int = 1, after: int = 0) -> None:
+        """Inflict `kind` on `times` requests whose 'METHOD target' matches pattern, once
+        `after` such requests have passed unharmed."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
         with self._lock:
-            self._aimed.append([kind, re.compile(pattern), times])
+            self._aimed.append([kind, re.compile(pattern), times, after])
 
     def close(self) -> None:
         self._listener.close()
@@ -136,8 +137,11 @@ class FaultProxy:
         with self._lock:
             self.requests += 1
             for aimed in self._aimed:
-                kind, pattern, left = aimed
+                kind, pattern, left, spared = aimed
                 if left and pattern.search(line):
+                    if spared:
+                        aimed[3] -= 1
+                        continue
                     aimed[2] -= 1
                     return kind
             if self._rng.random() < self.rate:

@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 from fault_proxy import FAULT_KINDS, Exchange, FaultProxy
 from spotsafe.storage import open_store
+from spotsafe.storage.parts import PART_SIZE
 from spotsafe_harness import run_trainer, start_trainer
 
 ARGS = ["--steps", "60", "--every-steps", "5", "--seed", "3"]
@@ -97,6 +98,20 @@ def test_a_create_only_write_whose_answer_was_lost_is_its_own(
     assert [e.status for e in proxy.exchanges if e.method in ("PUT", "POST")] == [200, 412]
     assert not store.put_if_absent("step-5/manifest.json", b'{"attempt": 2}')
     assert store.get("step-5/manifest.json") == b'{"attempt": 1}'
+    proxy.close()
+
+
+def test_a_gcs_upload_whose_last_answer_was_lost_is_done(
+    gcs_uri: str, gcs_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = FaultProxy(gcs_endpoint, "gcs")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    store = open_store(gcs_uri)
+    data = bytes(range(256)) * (PART_SIZE // 256 + 4096)  # two chunks of a resumable upload
+    proxy.inject("drop_answer", r"^PUT /upload/", after=1)  # the last chunk's
+    assert store.put("step-1/attempt-1/state.pt", data).size == len(data)
+    assert proxy.injected == {"drop_answer": 1}
+    assert store.get("step-1/attempt-1/state.pt") == data
     proxy.close()
 
 
