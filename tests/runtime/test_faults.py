@@ -5,8 +5,8 @@ acted. The trainer is also SIGKILLed at random moments and started again. Every 
 0 and weights bitwise-equal to an uninterrupted run's, no traceback, no false "another writer",
 and no committed object written again (seen from the server's side of the proxy).
 
-CI runs one trial per store. The soak: SPOTSAFE_FAULT_TRIALS=12 runs twelve per store (about
-30 s each); with -s each trial prints its figures as one JSON line.
+CI runs one trial per store. The soak: SPOTSAFE_FAULT_TRIALS=12 runs twelve per store; with -s
+each trial prints its figures (requests, faults by kind, kills, tracebacks) as one JSON line.
 """
 
 from __future__ import annotations

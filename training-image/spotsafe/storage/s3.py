@@ -1,5 +1,6 @@
 """The S3 API through boto3. Uploads stream through PartWriter as multipart uploads with
-CRC32C checksums; s3transfer does downloads; botocore retries every request.
+CRC32C checksums; s3transfer does downloads; botocore retries every request, and spotsafe
+those whose answers botocore cannot read (see ``retries``).
 
 The endpoint comes from AWS_ENDPOINT_URL when set (boto3 honours it), so the same code talks to
 AWS, to S3-compatible stores and to the local moto server.
