@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from fault_proxy import FAULT_KINDS, Exchange, FaultProxy
+from spotsafe.errors import StorageError
 from spotsafe.storage import open_store
 from spotsafe.storage.parts import PART_SIZE
 from spotsafe_harness import run_trainer, start_trainer
@@ -83,6 +84,22 @@ def test_each_request_survives_a_fault_of_each_kind(
         "step-1/attempt-1/state.pt",
         "step-1/manifest.json",
     ]
+
+
+def test_answers_that_stay_unreadable_end_in_one_line(
+    s3_uri: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = FaultProxy(s3_endpoint, "s3")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    store = open_store(s3_uri, max_attempts=2)
+    store.put("step-1/attempt-1/state.pt", b"s")
+    proxy.inject("cut_in_headers", ".", times=1000)
+    with pytest.raises(StorageError) as failed:
+        store.get("step-1/attempt-1/state.pt")
+    message = str(failed.value)
+    assert "step-1/attempt-1/state.pt" in message and proxy.url in message
+    assert "\n" not in message
+    proxy.close()
 
 
 def test_a_create_only_write_whose_answer_was_lost_is_its_own(

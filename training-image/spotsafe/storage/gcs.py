@@ -184,8 +184,7 @@ class GCSStore(PartStore):
             raise StorageError(f"GCS {action} of {where} at {self.endpoint} failed: {e}") from e
         except Exception as e:
             raise StorageError(
-                f"GCS {action} of {where} at {self.endpoint} failed, its answer unreadable: "
-                f"{type(e).__name__}: {e}"
+                f"GCS {action} of {where} at {self.endpoint} failed: {type(e).__name__}: {e}"
             ) from e
 
     def writer(self, key: str, size_hint: int = 0) -> PartWriter:

@@ -174,8 +174,8 @@ class S3Store(PartStore):
             ) from e
         except Exception as e:
             raise StorageError(
-                f"S3 {action} of {where} at {self.endpoint} failed {self.max_attempts} times, "
-                f"its answer unreadable: {type(e).__name__}: {e}"
+                f"S3 {action} of {where} at {self.endpoint} failed: no readable answer in "
+                f"{self.max_attempts} attempts ({type(e).__name__}: {e})"
             ) from e
 
     def _client_error(self, e: ClientError, action: str, where: str) -> StorageError:
