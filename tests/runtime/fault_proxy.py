@@ -7,7 +7,8 @@ it fails (with probability ``rate``) and how:
 - ``error_before``: a 500 or 503 in the service's own error format; the server never sees it;
 - ``error_after``: the same, in place of the server's answer, after the server acted;
 - ``reset_mid_body``: the connection reset halfway through the request's body (the server never
-  sees it) or the response's body (after the server acted);
+  sees it) or else the response's body (after the server acted); with no body on either side it
+  is a dropped answer, and counted as one;
 - ``cut_in_headers``: the server's answer ends, cleanly, somewhere after its status line and
   before the end of its headers (HTTP clients take what came as the whole header block);
 - ``delay``: 2-5 s before the request goes on;
@@ -48,7 +49,8 @@ _S3_ERRORS = {
     503: ("SlowDown", "Please reduce your request rate."),
 }
 _GCS_ERRORS = {500: "backendError", 503: "backendError"}
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "content-length"}
+# Framing and connection headers: the proxy sets its own on each side.
+_NOT_RELAYED = {"connection", "keep-alive", "transfer-encoding", "expect", "content-length"}
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ class FaultProxy:
                 request.method, request.target, skip_host=True, skip_accept_encoding=True
             )
             for name, value in request.headers:
-                if name.lower() not in _HOP_BY_HOP:
+                if name.lower() not in _NOT_RELAYED:
                     conn.putheader(name, value)
             if body or request.length is not None:
                 conn.putheader("Content-Length", str(len(body)))
@@ -272,7 +274,7 @@ def _read_body(reader, length: int | None) -> bytes:
 
 def _head(status: int, reason: str, headers: list[tuple[str, str]], length: int) -> bytes:
     lines = [f"HTTP/1.1 {status} {reason}"]
-    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in _HOP_BY_HOP]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in _NOT_RELAYED]
     lines.append(f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
