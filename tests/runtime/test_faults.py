@@ -173,6 +173,7 @@ def test_runs_finish_exactly_through_faults_and_kills(
         "service": service, "trial": trial, "seed": seed, "requests": proxy.requests,
         "faults": dict(proxy.injected), "kills": len(errors) - 1, "finished": rc == 0,
         "tracebacks": tracebacks, "false_another_writer": false_foreign,
+        "own_commits_refused_on_retry": sum(e.status == 412 for e in proxy.exchanges),
     }))  # fmt: skip
     assert sum(proxy.injected.values()) > 0
 
