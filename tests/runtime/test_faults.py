@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from fault_proxy import FAULT_KINDS, Exchange, FaultProxy
+from spotsafe import Checkpointer, Extras
 from spotsafe.errors import StorageError
 from spotsafe.storage import open_store
 from spotsafe.storage.parts import PART_SIZE
@@ -115,6 +116,21 @@ def test_a_create_only_write_whose_answer_was_lost_is_its_own(
     assert [e.status for e in proxy.exchanges if e.method in ("PUT", "POST")] == [200, 412]
     assert not store.put_if_absent("step-5/manifest.json", b'{"attempt": 2}')
     assert store.get("step-5/manifest.json") == b'{"attempt": 1}'
+    proxy.close()
+
+
+def test_a_commit_whose_answer_was_lost_is_durable(
+    service: str, store_uri: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, endpoint = store_uri
+    proxy = FaultProxy(endpoint, service)
+    monkeypatch.setenv(ENDPOINT_VARIABLE[service], proxy.url)
+    ckpt = Checkpointer(uri)  # its lease is claimed: the next create-only write is the commit
+    proxy.inject("drop_answer", r"/manifest\.json|ifGenerationMatch=0")
+    ckpt.save(7, {"extras": Extras(a=1)})
+    ckpt.close()  # "not durable" when the lost answer was taken for another writer's commit
+    assert proxy.injected == {"drop_answer": 1}
+    assert Checkpointer(uri, read_only=True).restore({"extras": Extras()}) == 7
     proxy.close()
 
 
