@@ -47,8 +47,8 @@ def refuse_unframed(status: int, headers: Mapping[str, str]) -> None:
 
 
 def call(request: Callable[[], T], attempts: int, final: Callable[[Exception], bool]) -> T:
-    """request(), repeated after each failure that final() does not call final (a SpotsafeError
-    always is), at most `attempts` times in all; the last failure is raised as it is."""
+    """request(), repeated after each failure that is not final (final(e) is false and e is no
+    SpotsafeError), at most `attempts` times in all; the last failure is raised as it is."""
     attempt = 1
     while True:
         try:

@@ -95,7 +95,8 @@ class _S3Upload:
         return {"PartNumber": number, "ETag": etag, "ChecksumCRC32C": value}
 
     def complete(self, parts: list[dict], written: Written) -> None:
-        # Completing an upload again with the same parts answers as the first time did.
+        # A retry after a lost answer completes the upload again: moto answers as the first
+        # time; should S3 answer NoSuchUpload instead, the save fails with one line.
         complete = functools.partial(
             self.store.client.complete_multipart_upload,
             **self.where, UploadId=self.upload_id, MultipartUpload={"Parts": parts},
