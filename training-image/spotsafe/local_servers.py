@@ -10,9 +10,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -93,6 +95,9 @@ def gcs_server() -> Iterator[str]:
     server = FakeGCSServer(port=free_port())
     previous = os.environ.get("STORAGE_EMULATOR_HOST")
     server.start()
+    # The wrapper pipes the server's log and never reads it: some hundreds of requests fill the
+    # pipe and the server then hangs on its next log line. Read it away.
+    threading.Thread(target=deque, args=(server._process.stderr, 0), daemon=True).start()
     try:
         yield server.url
     finally:

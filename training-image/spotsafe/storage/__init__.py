@@ -37,7 +37,8 @@ class ObjectStore(Protocol):
         """A stream into one object, stored when the ``with`` block around it ends."""
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create one object only if no object has that key; False if one already does."""
+        """Create one object only if no object has that key; False if one already does. True
+        also when the object is this call's own (a retry whose first try's answer was lost)."""
 
     def get(self, key: str) -> bytes:
         """Read one whole object."""

@@ -14,26 +14,44 @@ an upload that the bucket is (the runtime lists before it reads).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from spotsafe.errors import (
     BucketNotFoundError,
     ObjectMissingError,
+    SpotsafeError,
     StorageError,
     StoragePermissionError,
     StorageUnreachableError,
 )
-from spotsafe.storage import ObjectInfo
+from spotsafe.storage import ObjectInfo, retries
 from spotsafe.storage.parts import PartStore, PartWriter, Written, part_size_for
 from spotsafe.storage.private_random import isolate_google
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _answered(e: Exception) -> bool:
+    """The client's own errors: the service's answer, or a failure its Retry gave up on."""
+    from google.api_core.exceptions import GoogleAPIError
+    from google.auth.exceptions import GoogleAuthError
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+    from requests.exceptions import Timeout
+
+    return isinstance(e, (GoogleAPIError, GoogleAuthError, RequestsConnectionError, Timeout))
+
+
+def _refuse_unframed(response, *args: Any, **kwargs: Any) -> None:
+    retries.refuse_unframed(response.status_code, response.headers)
+
 
 # GCS's 403: "<caller> does not have <permission> access to the Google Cloud Storage object. ..."
 _DENIED = re.compile(
@@ -54,7 +72,7 @@ class _GCSUpload:
 
     def whole(self, data: bytearray, written: Written) -> None:
         with self.store._translated("upload", self.key):
-            blob = self.store._upload(self.key, data)
+            blob = self.store._retried(functools.partial(self.store._upload, self.key, data))
             if blob.crc32c != written.crc32c:  # GCS checks it; an emulator may not
                 self._refuse(f"GCS stored CRC32C {blob.crc32c}, sent {written.crc32c}")
 
@@ -79,6 +97,19 @@ class _GCSUpload:
                 self.stream.close()  # compares the CRC32C GCS reports with the one sent
             except DataCorruption as e:
                 self._refuse(str(e))
+            except Exception:
+                # The last chunk's answer was lost and its retry found the session finished
+                # (fake-gcs-server forgets it): done, if the object holds what was sent.
+                if not self._holds(written):
+                    raise
+
+    def _holds(self, written: Written) -> bool:
+        get = functools.partial(
+            self.store.bucket.get_blob,
+            self.store.prefix + self.key, retry=self.store.retry, timeout=self.store.timeout,
+        )  # fmt: skip
+        blob = self.store._retried(get)
+        return blob is not None and (blob.size, blob.crc32c) == (written.size, written.crc32c)
 
     def _refuse(self, why: str) -> None:
         """What was stored is not what was sent: delete it and fail the upload."""
@@ -100,8 +131,8 @@ class GCSStore(PartStore):
         self, uri: str, bucket: str, prefix: str, max_attempts: int, connect_timeout_s: float
     ) -> None:
         try:
-            from google.api_core.retry import Retry
             from google.cloud import storage
+            from google.cloud.storage.retry import DEFAULT_RETRY
         except ImportError as e:
             raise StorageError("gs:// URIs need the GCS client: pip install 'spotsafe[gcs]'") from e
         isolate_google()
@@ -112,10 +143,20 @@ class GCSStore(PartStore):
         self.client = storage.Client()
         self.bucket = self.client.bucket(bucket)
         self.endpoint = self.client._connection.API_BASE_URL
-        # Exponential backoff bounded by a deadline that grows with the attempts allowed.
-        self.retry = Retry(initial=0.2, maximum=5.0, multiplier=2.0, timeout=2.0 * max_attempts)
+        # The library's choice of what to retry (5xx, 408, 429, broken connections), with
+        # exponential backoff for about as long as max_attempts tries that each wait out the
+        # connect timeout and the longest backoff.
+        self.retry = DEFAULT_RETRY.with_delay(
+            initial=retries.FIRST_BACKOFF_S, maximum=retries.MAX_BACKOFF_S, multiplier=2.0
+        ).with_timeout(max_attempts * (connect_timeout_s + retries.MAX_BACKOFF_S))
+        self.client._http.hooks["response"].append(_refuse_unframed)
+        retries.quiet_cut_headers()
         self.timeout = (connect_timeout_s, 60)
         self.pool = ThreadPoolExecutor(1, "spotsafe-gcs-part")  # one worker: chunks in order
+
+    def _retried(self, request: Callable[[], T]) -> T:
+        """A request tried again while its answer cannot be read (see retries)."""
+        return retries.call(request, self.max_attempts, _answered)
 
     def _blob(self, key: str):
         return self.bucket.blob(self.prefix + key)
@@ -137,6 +178,8 @@ class GCSStore(PartStore):
         where = f"gs://{self.bucket.name}/{self.prefix}{key}"
         try:
             yield
+        except SpotsafeError:
+            raise
         except gexc.NotFound as e:
             if action == "download":  # listings and uploads 404 only when the bucket is missing
                 raise ObjectMissingError(f"{where} does not exist") from e
@@ -167,31 +210,41 @@ class GCSStore(PartStore):
             ) from e
         except gexc.GoogleAPIError as e:
             raise StorageError(f"GCS {action} of {where} at {self.endpoint} failed: {e}") from e
+        except Exception as e:
+            raise StorageError(
+                f"GCS {action} of {where} at {self.endpoint} failed: {type(e).__name__}: {e}"
+            ) from e
 
     def writer(self, key: str, size_hint: int = 0) -> PartWriter:
         part_size = part_size_for(size_hint)
         return PartWriter(_GCSUpload(self, key, part_size), part_size, self.pool, in_flight=1)
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def create_only(self, key: str, data: bytes) -> bool:
         from google.api_core.exceptions import PreconditionFailed
 
         with self._translated("create-only put", key):
             try:
-                self._upload(key, data, if_generation_match=0)
+                self._retried(functools.partial(self._upload, key, data, if_generation_match=0))
             except PreconditionFailed:
                 return False
         return True
 
     def get(self, key: str) -> bytes:
         with self._translated("download", key):
-            return self._blob(key).download_as_bytes(retry=self.retry, timeout=self.timeout)
+            download = self._blob(key).download_as_bytes
+            return self._retried(
+                functools.partial(download, retry=self.retry, timeout=self.timeout)
+            )
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
-        with self._translated("list", prefix):
+        def listing() -> list[ObjectInfo]:
             blobs = self.client.list_blobs(
                 self.bucket, prefix=self.prefix + prefix, retry=self.retry, timeout=self.timeout
             )
             return [ObjectInfo(b.name[len(self.prefix) :], b.size) for b in blobs]
+
+        with self._translated("list", prefix):
+            return self._retried(listing)
 
     def delete(self, keys: list[str]) -> None:
         from google.api_core.exceptions import NotFound
@@ -199,6 +252,7 @@ class GCSStore(PartStore):
         for key in keys:
             with self._translated("delete", key):
                 try:
-                    self._blob(key).delete(retry=self.retry, timeout=self.timeout)
+                    delete = self._blob(key).delete
+                    self._retried(functools.partial(delete, retry=self.retry, timeout=self.timeout))
                 except NotFound:
                     continue

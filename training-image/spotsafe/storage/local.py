@@ -59,7 +59,7 @@ class LocalStore(PartStore):
     def writer(self, key: str, size_hint: int = 0) -> PartWriter:
         return PartWriter(_LocalUpload(self.root, key), part_size_for(size_hint), pool=None)
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def create_only(self, key: str, data: bytes) -> bool:
         upload = _LocalUpload(self.root, key)
         upload.start()
         upload.part(1, data, 0)

@@ -10,6 +10,7 @@ service to check, and the manifest records it for restore to check again.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from abc import ABC, abstractmethod
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 from spotsafe import checksum
 
+log = logging.getLogger(__name__)
 MiB = 1 << 20
 PART_SIZE = 8 * MiB
 MAX_PARTS = 10_000  # S3's limit for one multipart upload
@@ -170,6 +172,22 @@ class PartStore(ABC):
         with self.writer(key, len(view)) as out:
             out.write(view)
         return out.written
+
+    @abstractmethod
+    def create_only(self, key: str, data: bytes) -> bool:
+        """Create the object at key only if there is none; False when the store refused because
+        an object exists."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if self.create_only(key, data):
+            return True
+        # A client that retried this very write after its answer was lost is refused by the
+        # first try: the object then holds exactly these bytes. What is written create-only
+        # (manifests, leases) names its writer's attempt and time, so no other writer's is equal.
+        mine = self.get(key) == data
+        if mine:
+            log.info("%s is this write's own: its first answer was lost, and a retry refused", key)
+        return mine
 
     def put_file(self, key: str, path: str | os.PathLike) -> Written:
         with open(path, "rb") as f, self.writer(key, os.fstat(f.fileno()).st_size) as out:

@@ -4,7 +4,8 @@ botocore, urllib3, google-api-core, google-auth and google-cloud-storage's media
 Python's global ``random``. Uploads run beside training, whose global RNG is part of an exact
 resume, so a single retried request would shift the training's random stream. Each of those
 modules gets a private ``random.Random`` instead (it has the same methods); botocore's standard
-retry mode, which bound ``random.random`` when it was imported, gets a backoff that uses it.
+retry mode, which bound ``random.random`` when it was imported, gets a backoff that uses it, and
+spotsafe's own retries (``retries``) draw their jitter from it too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ class _PrivateJitterBackoff(standard.ExponentialBackoff):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("random", _PRIVATE.random)
         super().__init__(*args, **kwargs)
+
+
+def jitter(upper_s: float) -> float:
+    """A backoff drawn uniformly from [0, upper_s) ("full jitter"), off the global RNG."""
+    return _PRIVATE.uniform(0.0, upper_s)
 
 
 def isolate(*modules: str) -> None:

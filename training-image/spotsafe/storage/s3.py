@@ -1,5 +1,6 @@
 """The S3 API through boto3. Uploads stream through PartWriter as multipart uploads with
-CRC32C checksums; s3transfer does downloads; botocore retries every request.
+CRC32C checksums; s3transfer does downloads; botocore retries every request, and spotsafe
+those whose answers botocore cannot read (see ``retries``).
 
 The endpoint comes from AWS_ENDPOINT_URL when set (boto3 honours it), so the same code talks to
 AWS, to S3-compatible stores and to the local moto server.
@@ -10,9 +11,10 @@ from __future__ import annotations
 import functools
 import io
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TypeVar
 
 import boto3
 from boto3.exceptions import S3UploadFailedError
@@ -24,11 +26,12 @@ from spotsafe import checksum
 from spotsafe.errors import (
     BucketNotFoundError,
     ObjectMissingError,
+    SpotsafeError,
     StorageError,
     StoragePermissionError,
     StorageUnreachableError,
 )
-from spotsafe.storage import ObjectInfo
+from spotsafe.storage import ObjectInfo, retries
 from spotsafe.storage.parts import MiB, PartStore, PartWriter, Written, part_size_for
 from spotsafe.storage.private_random import isolate_botocore
 
@@ -44,6 +47,16 @@ PARTS_IN_FLIGHT = 4
 _DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden"}
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+T = TypeVar("T")
+
+
+def _answered(e: Exception) -> bool:
+    """botocore's own errors: the service's answer, or a failure botocore retried already."""
+    return isinstance(e, (BotoCoreError, ClientError))
+
+
+def _refuse_unframed(response_dict: dict, **_) -> None:
+    retries.refuse_unframed(response_dict["status_code"], response_dict["headers"])
 
 
 class _S3Upload:
@@ -57,35 +70,44 @@ class _S3Upload:
         self.upload_id = ""
 
     def whole(self, data: bytearray, written: Written) -> None:
-        with self.store._translated("upload", self.key):
-            self.store.client.put_object(**self.where, Body=data, ChecksumCRC32C=written.crc32c)
+        put = functools.partial(
+            self.store.client.put_object, **self.where, Body=data, ChecksumCRC32C=written.crc32c
+        )
+        self.store._request("upload", self.key, put)
 
     def start(self) -> None:
-        with self.store._translated("upload", self.key):
-            self.upload_id = self.store.client.create_multipart_upload(
-                **self.where, ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT"
-            )["UploadId"]
+        # A retry after a lost answer starts a second upload; the bucket's lifecycle rule
+        # aborts the first.
+        create = functools.partial(
+            self.store.client.create_multipart_upload,
+            **self.where, ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT",
+        )  # fmt: skip
+        self.upload_id = self.store._request("upload", self.key, lambda: create()["UploadId"])
 
     def part(self, number: int, data: bytearray, crc: int) -> dict:
         value = checksum.encode(crc)
-        with self.store._translated("upload", self.key):
-            etag = self.store.client.upload_part(
-                **self.where, UploadId=self.upload_id, PartNumber=number, Body=data,
-                ChecksumCRC32C=value,
-            )["ETag"]  # fmt: skip
+        send = functools.partial(
+            self.store.client.upload_part,
+            **self.where, UploadId=self.upload_id, PartNumber=number, Body=data,
+            ChecksumCRC32C=value,
+        )  # fmt: skip
+        etag = self.store._request("upload", self.key, lambda: send()["ETag"])
         return {"PartNumber": number, "ETag": etag, "ChecksumCRC32C": value}
 
     def complete(self, parts: list[dict], written: Written) -> None:
-        with self.store._translated("upload", self.key):
-            self.store.client.complete_multipart_upload(
-                **self.where, UploadId=self.upload_id, MultipartUpload={"Parts": parts},
-                ChecksumCRC32C=written.crc32c, ChecksumType="FULL_OBJECT",
-            )  # fmt: skip
+        # A retry after a lost answer completes the upload again: moto answers as the first
+        # time; should S3 answer NoSuchUpload instead, the save fails with one line.
+        complete = functools.partial(
+            self.store.client.complete_multipart_upload,
+            **self.where, UploadId=self.upload_id, MultipartUpload={"Parts": parts},
+            ChecksumCRC32C=written.crc32c, ChecksumType="FULL_OBJECT",
+        )  # fmt: skip
+        self.store._request("upload", self.key, complete)
 
     def abort(self) -> None:
         try:
             self.store.client.abort_multipart_upload(**self.where, UploadId=self.upload_id)
-        except (BotoCoreError, ClientError) as e:  # the bucket's lifecycle rule cleans up
+        except Exception as e:  # noqa: BLE001 - the bucket's lifecycle rule cleans up
             log.warning("could not abort the upload of %s: %s", self.key, e)
 
 
@@ -118,14 +140,23 @@ class S3Store(PartStore):
             s3={"payload_signing_enabled": False},
         )
         self.client = _session().client("s3", config=config)
+        self.client.meta.events.register("before-parse.s3", _refuse_unframed)
+        retries.quiet_cut_headers()
         self.endpoint = self.client.meta.endpoint_url
         self.pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, "spotsafe-part")
+
+    def _request(self, action: str, key: str, request: Callable[[], T]) -> T:
+        """One request: tried again while its answer cannot be read, its failure one line."""
+        with self._translated(action, key):
+            return retries.call(request, self.max_attempts, _answered)
 
     @contextmanager
     def _translated(self, action: str, key: str = "") -> Iterator[None]:
         where = f"s3://{self.bucket}/{self.prefix}{key}"
         try:
             yield
+        except SpotsafeError:
+            raise
         except ClientError as e:
             raise self._client_error(e, action, where) from e
         except S3UploadFailedError as e:
@@ -141,6 +172,11 @@ class S3Store(PartStore):
             raise StorageUnreachableError(
                 f"S3 endpoint {self.endpoint} did not answer {action} of {where} "
                 f"after {self.max_attempts} attempts: {e}"
+            ) from e
+        except Exception as e:
+            raise StorageError(
+                f"S3 {action} of {where} at {self.endpoint} failed: no readable answer in "
+                f"{self.max_attempts} attempts ({type(e).__name__}: {e})"
             ) from e
 
     def _client_error(self, e: ClientError, action: str, where: str) -> StorageError:
@@ -164,8 +200,8 @@ class S3Store(PartStore):
             _S3Upload(self, key), part_size_for(size_hint), self.pool, PARTS_IN_FLIGHT
         )
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        with self._translated("create-only put", key):
+    def create_only(self, key: str, data: bytes) -> bool:
+        def create() -> bool:
             try:
                 self.client.put_object(
                     Bucket=self.bucket, Key=self.prefix + key, Body=data, IfNoneMatch="*",
@@ -175,30 +211,38 @@ class S3Store(PartStore):
                 if str(e.response.get("Error", {}).get("Code", "")) in _CONFLICT:
                     return False
                 raise
-        return True
+            return True
+
+        return self._request("create-only put", key, create)
 
     def get(self, key: str) -> bytes:
-        buffer = io.BytesIO()
-        with self._translated("download", key):
+        def download() -> bytes:
+            buffer = io.BytesIO()  # a fresh one each try: ranges land at their offsets
             self.client.download_fileobj(self.bucket, self.prefix + key, buffer, Config=DOWNLOAD)
-        return buffer.getvalue()
+            return buffer.getvalue()
+
+        return self._request("download", key, download)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
-        found = []
-        with self._translated("list", prefix):
+        def listing() -> list[ObjectInfo]:
             pages = self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             )
-            for page in pages:
-                for obj in page.get("Contents", []):
-                    found.append(ObjectInfo(obj["Key"][len(self.prefix) :], obj["Size"]))
-        return found
+            return [
+                ObjectInfo(obj["Key"][len(self.prefix) :], obj["Size"])
+                for page in pages
+                for obj in page.get("Contents", [])
+            ]
+
+        return self._request("list", prefix, listing)
 
     def delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):  # the API's batch limit
             batch = [{"Key": self.prefix + k} for k in keys[start : start + 1000]]
-            with self._translated("delete", keys[start]):
-                response = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch})
+            delete = functools.partial(
+                self.client.delete_objects, Bucket=self.bucket, Delete={"Objects": batch}
+            )
+            response = self._request("delete", keys[start], delete)
             for error in response.get("Errors", []):
                 raise StorageError(
                     f"S3 delete of s3://{self.bucket}/{error['Key']} at {self.endpoint} failed: "
