@@ -77,7 +77,7 @@ def base_config() -> dict:
                 "instance_types": ["g5.xlarge", "g5.2xlarge"],
                 "cpu_per_gpu": 3,
                 "memory_gib_per_gpu": 12,
-                "spot_gpus": 1,
+                "spot_gpus": 4,
                 "on_demand_gpus": 1,
             }
         ],
@@ -85,7 +85,8 @@ def base_config() -> dict:
             {
                 "name": "a",
                 "namespace": "team-a",
-                "quotas": {"a10g-24gb": {"spot_gpus": 1}},
+                # The default multi-node template runs 4 single-GPU nodes at once.
+                "quotas": {"a10g-24gb": {"spot_gpus": 4}},
                 "checkpoint_prefix": "teams/a",
             }
         ],
@@ -103,7 +104,7 @@ def base_config() -> dict:
                     "desired_size": 1,
                 },
             },
-            "spot_gpu_quota": {"g_family_vcpus": 8},
+            "spot_gpu_quota": {"g_family_vcpus": 32},
             "on_demand_gpu_quota": {"g_family_vcpus": 8},
             "principals": {
                 "platform_admin": ["arn:aws:iam::123456789012:role/admin"],

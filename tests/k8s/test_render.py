@@ -362,7 +362,7 @@ def test_cli_renders_and_validates_dev(tmp_path: Path, shared_schemas: Path) -> 
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    assert "all validated objects are valid for Kubernetes 1.33" in result.stdout
+    assert f"all validated objects are valid for Kubernetes {KUBERNETES_VERSION}" in result.stdout
     assert (tmp_path / "helm" / "kueue" / "values.yaml").is_file()
     assert not (tmp_path / "manifests" / "stale.yaml").exists()
     assert (tmp_path / "notes.txt").read_text() == "mine"
