@@ -190,10 +190,15 @@ def _fall_back_to_rank_0(live: dict[str, Any], saved_keys: set[str], rank: int) 
     """An entry kept per rank (``rank<N>`` inside a state dict, as the Run keeps its
     generators) that the checkpoint lacks, because a smaller world saved it, reads rank 0's."""
     mine = f"rank{rank}"
+    if rank == 0:
+        return
     for key, value in live.items():
-        if isinstance(value, dict) and mine in value and rank != 0:
-            if not any(saved.startswith(f"{key}.{mine}.") for saved in saved_keys):
-                value["rank0"] = value.pop(mine)
+        if (
+            isinstance(value, dict)
+            and mine in value
+            and not any(saved.startswith(f"{key}.{mine}.") for saved in saved_keys)
+        ):
+            value["rank0"] = value.pop(mine)
 
 
 class _OptimizerState:
