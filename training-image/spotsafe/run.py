@@ -159,6 +159,7 @@ class Run:
                 attempt,
                 lambda: max(self.step, self.ledger.redo_until),
                 self._progress_every_s,
+                recorded=max(reached, resumed),
             )
 
     def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
