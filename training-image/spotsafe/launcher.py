@@ -32,10 +32,27 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 
 from spotsafe.preemption import EXIT_PREEMPTED
 
 log = logging.getLogger("spotsafe.launcher")
+
+# Set by spotsafe-run for the ranks it starts: the launcher that passes exit 75 on.
+LAUNCHER_ENV = "SPOTSAFE_LAUNCHER"
+
+
+def warn_if_exit_code_lost(environ: Mapping[str, str] = os.environ) -> bool:
+    """Warn when torchrun's agent (not spotsafe-run) started this rank: it
+    exits 1 when the ranks stop for a preemption, and the Job counts a failure. True if so."""
+    if "TORCHELASTIC_RUN_ID" not in environ or LAUNCHER_ENV in environ:
+        return False
+    log.warning(
+        "this rank runs under torchrun, which exits 1 when the ranks stop for a preemption "
+        "(exit 75), so the Job counts each preemption as a failure: launch with spotsafe-run, "
+        "which takes torchrun's arguments"
+    )
+    return True
 
 
 def exit_code(exit_codes: list[int]) -> int:
@@ -106,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    os.environ[LAUNCHER_ENV] = "spotsafe-run"
 
     store = _external_store(args)
     if store and not wait_for_store(*store):

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from spotsafe import goodput, metrics
+from spotsafe import goodput, launcher, metrics
 from spotsafe.checkpointer import Checkpointer
 from spotsafe.data import LoaderGenerator
 from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
@@ -108,6 +108,7 @@ class Run:
             raise ConfigError(f"state[{RUN_KEY!r}] is the run's own entry; name yours otherwise")
         self.loader = _checked(loader)
         self.guard = PreemptionGuard.from_env()
+        launcher.warn_if_exit_code_lost()
         if isinstance(checkpoint, Checkpointer):
             if options:
                 raise ConfigError("pass checkpoint options to the Checkpointer, not to the Run")
