@@ -7,7 +7,7 @@ import boto3
 import pytest
 import torch
 from spotsafe import Checkpointer, Extras
-from spotsafe.errors import ConfigError, InvalidURIError, StateMismatchError
+from spotsafe.errors import ConfigError, InvalidURIError, StateMismatchError, exit_on_error
 from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
 from spotsafe.storage import open_store
 from spotsafe_harness import run_trainer, s3_keys
@@ -80,6 +80,14 @@ def test_an_invalid_bucket_name_is_refused_before_any_request(uri: str, bucket: 
     # No endpoint is needed: the name is checked against the service's rules, never retried.
     with pytest.raises(InvalidURIError, match=f"names bucket '{bucket}', which is not a valid"):
         open_store(uri)
+
+
+def test_exit_on_error_prints_one_line_whatever_the_message_holds(capsys) -> None:
+    with pytest.raises(SystemExit) as exited, exit_on_error():
+        raise StateMismatchError("Error(s) in loading state_dict:\n\tMissing key(s): 'w'.")
+    assert exited.value.code == 2
+    one_line = "error: Error(s) in loading state_dict: Missing key(s): 'w'.\n"
+    assert capsys.readouterr().err == one_line
 
 
 def test_state_with_other_entries_is_refused(tmp_path) -> None:
