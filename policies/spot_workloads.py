@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping
 
 from policies.inputs import as_list, dig
@@ -60,24 +61,58 @@ def ignores_preempted_exit(job_spec: Mapping) -> bool:
 def launcher_problem(pod_spec: Mapping) -> str | None:
     """What is unsafe in how a container launches distributed training, or None.
 
-    torchrun turns the ranks' exit 75 into 1 (a preemption then counts as a failure), so the
-    launcher is spotsafe-run; and a multi-node c10d rendezvous that an agent would host dies with
-    that agent's node, so the agents must meet in a store elsewhere (`is_host=false`).
+    torchrun (and torch.distributed.launch) turns the ranks' exit 75 into 1 (a preemption then
+    counts as a failure), so the launcher is spotsafe-run, however the container starts it
+    (directly, through `env`, or in a shell's `-c` script); and a multi-node c10d rendezvous that
+    an agent would host dies with that agent's node, so the agents must meet in a store elsewhere
+    (`is_host=false`).
     """
     for container in as_list(dig(pod_spec, "containers")):
         argv = [
             str(a) for a in as_list(dig(container, "command")) + as_list(dig(container, "args"))
         ]
-        if not argv:
-            continue
-        program = os.path.basename(argv[0])
-        if program == "torchrun" or (
-            program.startswith("python") and argv[1:3] == ["-m", "torch.distributed.run"]
-        ):
-            return "launches torchrun, which exits 1 when its ranks stop for a preemption"
-        if program == "spotsafe-run" and _multi_node(argv) and not _store_elsewhere(argv):
-            return "its agents would host their own rendezvous (no --rdzv-conf is_host=false)"
+        for command in _commands(argv):
+            program = os.path.basename(command[0])
+            if program == "torchrun" or (
+                program.startswith("python") and _option(command, "-m") in TORCH_LAUNCHERS
+            ):
+                return "launches torchrun, which exits 1 when its ranks stop for a preemption"
+            if program == "spotsafe-run" and _multi_node(command) and not _store_elsewhere(command):
+                return "its agents would host their own rendezvous (no --rdzv-conf is_host=false)"
     return None
+
+
+# The modules `python -m` starts torchrun's agent from (launch is the deprecated spelling).
+TORCH_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
+SHELLS = ("sh", "bash", "dash", "ash", "zsh")
+_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")"}
+
+
+def _commands(argv: list[str]) -> list[list[str]]:
+    """The simple commands a container's argv runs: itself, the commands of a shell's `-c`
+    script, each without a leading `exec`, `env` (and its VAR=value) or VAR=value."""
+    while argv and (argv[0] == "exec" or "=" in argv[0] or os.path.basename(argv[0]) == "env"):
+        argv = argv[1:]
+    if not argv:
+        return []
+    # -c, alone or among other short options (bash -lc, sh -ec), takes the script.
+    flag = next((i for i, a in enumerate(argv[1:-1], 1) if re.fullmatch(r"-[a-z]*c[a-z]*", a)), 0)
+    if os.path.basename(argv[0]) in SHELLS and flag:
+        lines = argv[flag + 1].replace("\\\n", " ")  # continued lines are one command
+        lexer = shlex.shlex(lines.replace("\n", " ; "), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            tokens = list(lexer)
+        except ValueError:  # unbalanced quotes: the shell would refuse it too
+            return []
+        commands: list[list[str]] = [[]]
+        for token in tokens:
+            if token in _SEPARATORS:
+                commands.append([])
+            else:
+                commands[-1].append(token)
+        return [c for command in commands if command for c in _commands(command)]
+    return [argv]
 
 
 def _option(argv: list[str], name: str) -> str | None:

@@ -5,8 +5,10 @@ from policies.spot_workloads import job_specs, launcher_problem, pod_spec, toler
 
 
 class SpotJobLaunchesThroughSpotsafeRun(BaseK8Check):
-    """torchrun exits 1 when its ranks stop for a preemption, so the Job counts it as a failure;
-    and an agent that hosts the c10d rendezvous takes the whole run down with its node."""
+    """torchrun exits 1 when its ranks stop for a preemption, so the Job counts it as a failure
+    (however the container starts it: directly, through `env`, in a shell's `-c` script, or as
+    `python -m torch.distributed.launch`); and an agent that hosts the c10d rendezvous takes the
+    whole run down with its node."""
 
     def __init__(self) -> None:
         super().__init__(

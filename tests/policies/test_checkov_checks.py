@@ -64,6 +64,11 @@ def fixture_results():
         ("job-multi-node-spotsafe-run.yaml", "CKV_SPOT_5", "passed"),
         ("job-multi-node-torchrun.yaml", "CKV_SPOT_5", "failed"),
         ("job-multi-node-hosts-rendezvous.yaml", "CKV_SPOT_5", "failed"),
+        # torchrun however the container starts it: a shell's script, env, the old module
+        ("job-multi-node-shell-torchrun.yaml", "CKV_SPOT_5", "failed"),
+        ("job-multi-node-env-torchrun.yaml", "CKV_SPOT_5", "failed"),
+        ("job-multi-node-distributed-launch.yaml", "CKV_SPOT_5", "failed"),
+        ("job-multi-node-shell-spotsafe-run.yaml", "CKV_SPOT_5", "passed"),
         ("job-compliant.yaml", "CKV_SPOT_5", "passed"),  # the image's own entry point
     ],
 )

@@ -166,6 +166,33 @@ def run_trainer(*args: str, env: dict[str, str] | None = None) -> tuple[int, dic
     return proc.returncode, json.loads(lines[-1]) if lines else None, err
 
 
+def run_ranks(
+    script: str, *args: str, world: int = 2, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess]:
+    """Run a Python script on `world` gloo ranks (one process without a process group when
+    world is 1), as torchrun would start them; each rank's exit code, stdout and stderr."""
+    from spotsafe.local_servers import free_port
+
+    env = {**os.environ, **(env or {})}
+    if world > 1:
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            env={**env, "RANK": str(rank)} if world > 1 else env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    outputs = [proc.communicate(timeout=180) for proc in ranks]
+    return [
+        subprocess.CompletedProcess(proc.args, proc.returncode, *output)
+        for proc, output in zip(ranks, outputs, strict=True)
+    ]
+
+
 def with_bin_on_path() -> dict[str, str]:
     """This environment, with the image's commands (python, spotsafe-run) first on PATH."""
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}

@@ -24,7 +24,7 @@ import pytest
 from spotsafe.fencing import ATTEMPTS_PREFIX
 from spotsafe.goodput import PROGRESS_PREFIX
 from spotsafe.manifest import manifest_key, step_prefix
-from spotsafe_harness import s3_keys
+from spotsafe_harness import run_ranks, s3_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
@@ -55,6 +55,8 @@ def train_step():
 PRELUDES = {
     # The Checkpointer block: a model, its optimizer, scheduler and scaler, a step function.
     "loop": _MODEL,
+    # A whole script for several ranks: it runs on two gloo ranks, as spotsafe-run starts them.
+    "ranks": "",
     # The guard block: the same, plus the Checkpointer and state it saves.
     "guard": _MODEL
     + """
@@ -150,6 +152,10 @@ def test_every_block_is_run_or_checked() -> None:
 
 @pytest.mark.parametrize(("harness", "code"), python_blocks())
 def test_python_block_runs(bucket: str, tmp_path: Path, harness: str | None, code: str) -> None:
+    if harness == "ranks":
+        ranks = run_ranks(code, world=2)
+        assert [r.returncode for r in ranks] == [0, 0], [r.stderr[-3000:] for r in ranks]
+        return
     proc = start(script(tmp_path, harness, code))
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]

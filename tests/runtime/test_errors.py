@@ -7,8 +7,9 @@ import boto3
 import pytest
 import torch
 from spotsafe import Checkpointer, Extras
-from spotsafe.errors import ConfigError, StateMismatchError
+from spotsafe.errors import ConfigError, InvalidURIError, StateMismatchError, exit_on_error
 from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
+from spotsafe.storage import open_store
 from spotsafe_harness import run_trainer, s3_keys
 
 
@@ -40,9 +41,53 @@ def test_state_that_does_not_fit_the_model_is_refused(s3_uri: str) -> None:
     assert rc == 0, err
     rc, result, err = run_trainer("--steps", "20", "--size", "medium", "--checkpoint-uri", s3_uri)
     assert (rc, result) == (2, None)
-    assert "entry 'model' does not fit" in err and "size mismatch" in err
-    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("error:")]
+    # small: 32 -> 64 -> 64 -> 1; medium: 256 -> 2048 -> 2048 -> 2048 -> 1
+    assert "entry 'model' does not fit the Sequential to restore into: " in line
+    assert "only the model has ['8.weight', '8.bias']; shapes differ: " in line
+    assert "0.weight [64, 32] in the checkpoint, [2048, 256] in the model" in line, line
+    assert line.endswith("restore into the model the run was saved with")
+    assert "Traceback" not in err and "Missing key" not in err
     assert "step-10/manifest.json" in s3_keys(s3_uri)
+
+
+def test_a_changed_model_names_the_entries_that_differ(tmp_path) -> None:
+    uri = f"file://{tmp_path}"
+    saved = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    Checkpointer(uri, async_save=False).save(1, {"model": saved})
+    changed = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU())
+    differs = (
+        r"only the checkpoint has \['1.weight', '1.bias'\]; shapes differ: "
+        r"0.weight \[8, 4\] in the checkpoint, \[16, 4\] in the model, "
+        r"0.bias \[8\] in the checkpoint, \[16\] in the model; restore into the model"
+    )
+    with pytest.raises(StateMismatchError, match=differs) as refused:
+        Checkpointer(uri).restore({"model": changed})
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "bucket"),
+    [
+        ("s3://My_Bucket/run", "My_Bucket"),
+        ("s3://ab/run", "ab"),
+        ("s3://bucket..name/run", "bucket..name"),
+        ("gs://-bucket/run", "-bucket"),
+        ("gs://" + "a" * 64 + "/run", "a" * 64),
+    ],
+)
+def test_an_invalid_bucket_name_is_refused_before_any_request(uri: str, bucket: str) -> None:
+    # No endpoint is needed: the name is checked against the service's rules, never retried.
+    with pytest.raises(InvalidURIError, match=f"names bucket '{bucket}', which is not a valid"):
+        open_store(uri)
+
+
+def test_exit_on_error_prints_one_line_whatever_the_message_holds(capsys) -> None:
+    with pytest.raises(SystemExit) as exited, exit_on_error():
+        raise StateMismatchError("Error(s) in loading state_dict:\n\tMissing key(s): 'w'.")
+    assert exited.value.code == 2
+    one_line = "error: Error(s) in loading state_dict: Missing key(s): 'w'.\n"
+    assert capsys.readouterr().err == one_line
 
 
 def test_state_with_other_entries_is_refused(tmp_path) -> None:
@@ -100,6 +145,14 @@ def test_cli_names_a_missing_permission(monkeypatch: pytest.MonkeyPatch) -> None
         rc, result, err = run_trainer(
             "--steps", "5", "--checkpoint-uri", "s3://locked-bucket/run", env=user
         )
+        stranger = {**user, "AWS_ACCESS_KEY_ID": "AKIAUNKNOWNKEY000000"}
+        rc_unknown, _, err_unknown = run_trainer(
+            "--steps", "5", "--checkpoint-uri", "s3://locked-bucket/run", env=stranger
+        )
     assert (rc, result) == (2, None)
     assert "permission denied" in err and "s3://locked-bucket/run/" in err
     assert "Traceback" not in err
+    # A key the service does not know is another fix than a missing grant.
+    assert rc_unknown == 2
+    assert "the access key is unknown or its secret is wrong" in err_unknown, err_unknown
+    assert "permission denied" not in err_unknown and "Traceback" not in err_unknown

@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 import spotsafe
+from spotsafe import launcher
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe_harness import RendezvousStore
 
 SPOTSAFE_RUN = str(Path(sys.executable).parent / "spotsafe-run")
 
 # Rank r exits with argv[1 + r]; "kill" makes it SIGKILL itself, "wait" waits for a SIGTERM
-# and exits 75 on it, as the runtime does after its final save.
+# and exits 75 on it, as the runtime does after its final save; "launcher" prints what tells
+# the runtime its launcher.
 RANK = textwrap.dedent(
     """
     import os, signal, sys, time
@@ -31,6 +33,9 @@ RANK = textwrap.dedent(
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(75))
         print("ready", flush=True)
         time.sleep(60)
+    if action == "launcher":  # what the runtime reads to warn about a launcher losing 75
+        print(os.environ["SPOTSAFE_LAUNCHER"], "TORCHELASTIC_RUN_ID" in os.environ)
+        sys.exit(0)
     sys.exit(int(action))
     """
 )
@@ -136,3 +141,18 @@ def test_the_readme_command_means_what_it_says(monkeypatch: pytest.MonkeyPatch) 
     assert [program, *program_args[:2]] == ["python", "-m", "spotsafe.examples.train"]
     cfg, _ = trainer_args(program_args[2:])
     assert cfg.checkpoint_uri == "s3://bucket/team-a/run-7"
+
+
+def test_ranks_know_their_launcher_and_warn_under_plain_torchrun(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proc = launch(tmp_path, "launcher")
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, out.split()) == (0, ["spotsafe-run", "True"]), err
+    assert not launcher.warn_if_exit_code_lost(
+        {"TORCHELASTIC_RUN_ID": "run", launcher.LAUNCHER_ENV: "x"}
+    )
+    assert not launcher.warn_if_exit_code_lost({})  # no launcher at all
+    assert launcher.warn_if_exit_code_lost({"TORCHELASTIC_RUN_ID": "run"})  # plain torchrun
+    [line] = caplog.messages
+    assert "exits 1 when the ranks stop for a preemption" in line and "spotsafe-run" in line

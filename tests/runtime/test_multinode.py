@@ -40,14 +40,16 @@ def expand(value: str, env: dict[str, str]) -> str:
 class Agent:
     """One node: the template's command with its env, and everything its ranks log."""
 
-    def __init__(self, endpoint: str, job_uid: str, uri: str, steps: int) -> None:
+    def __init__(
+        self, endpoint: str, job_uid: str, uri: str, steps: int, join_timeout_s: int = 1800
+    ) -> None:
         root, run_name = uri.rsplit("/", 1)
         spec = TrainingJobSpec(
             name=run_name, namespace="team-a", local_queue="training",
             service_account="training", priority_class="training-preemptible",
             checkpoint_root=root, image="image", notice_seconds=30, gpus=0,
             placement=class_placement("a10g-24gb", "spot"),
-            rendezvous_endpoint=endpoint,
+            rendezvous_endpoint=endpoint, rendezvous_timeout_s=join_timeout_s,
             command=("python", "-m", "spotsafe.examples.train", "--steps", str(steps),
                      "--checkpoint-uri", "$(CHECKPOINT_URI)", "--every-steps", str(EVERY)),
         )  # fmt: skip
@@ -197,3 +199,22 @@ def test_sigterm_to_each_agent_in_turn_and_a_lost_node_count_no_failure(
     assert uninterrupted["final_step"] == stopped["final_step"]
     assert uninterrupted["weights_sha256"] == stopped["weights_sha256"]
     assert rendezvous.proc.poll() is None, "the store outlived every node"
+
+
+def test_a_lost_node_with_no_replacement_frees_the_survivor_uncounted(
+    rendezvous: RendezvousStore, s3_uri: str
+) -> None:
+    """The survivor's ranks fail on the lost peer, its agent waits join_timeout for the gang to
+    re-form, and then stops with 75: requeued, not counted, its GPUs held no longer than that."""
+    run, join_timeout_s = uuid.uuid4().hex, 10
+    agents = [Agent(rendezvous.endpoint, run, s3_uri, 1_000_000, join_timeout_s) for _ in "ab"]
+    lost = first_to_log(agents, "committed step")
+    [survivor] = [agent for agent in agents if agent is not lost]
+    lost.lose_node()
+    lost_at = time.monotonic()
+    assert survivor.exit_code(timeout=join_timeout_s + 120) == EXIT_PREEMPTED
+    idle_s = time.monotonic() - lost_at
+    assert any("did not re-form within the rendezvous's join_timeout" in x for x in survivor.lines)
+    # GPU-seconds held idle per lost node, per GPU of the survivor: the wait and the stop.
+    assert join_timeout_s <= idle_s < join_timeout_s + 60, idle_s
+    print(f"idle seconds per lost node, per survivor GPU: {idle_s:.1f}")

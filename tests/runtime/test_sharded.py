@@ -3,15 +3,11 @@ checkpoint under the same manifest and commit; one process resumes it, resharded
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import torch
 from spotsafe import Checkpointer, Extras
-from spotsafe.local_servers import free_port
-from spotsafe_harness import s3_keys
+from spotsafe_harness import run_ranks, s3_keys
 
 # The weight is a DTensor sharded by rows over the ranks' mesh: each rank holds half of it.
 RANK_SAVE = textwrap.dedent(
@@ -63,21 +59,9 @@ RANK_ASYNC_SAVE = textwrap.dedent(
 
 def _ranks(script: str, uri: str, env: dict[str, str] | None = None) -> list[str]:
     """Run script on two gloo ranks; their stdout."""
-    env = {**os.environ, **(env or {}), "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}  # fmt: skip
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, uri],
-            env={**env, "RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for rank in range(2)
-    ]
-    outputs = [proc.communicate(timeout=120) for proc in ranks]
-    assert [proc.returncode for proc in ranks] == [0, 0], outputs
-    return [out for out, _ in outputs]
+    ranks = run_ranks(script, uri, env=env)
+    assert [rank.returncode for rank in ranks] == [0, 0], [rank.stderr for rank in ranks]
+    return [rank.stdout for rank in ranks]
 
 
 def test_a_sharded_save_blocks_only_for_staging(s3_uri: str, proxy) -> None:

@@ -271,7 +271,8 @@ class Checkpointer:
         save_s = max(in_flight_s, self.expected_save_s or 0.0)
         advice = ""
         if step_s and self.config.every_steps:
-            needed = math.ceil(save_s / step_s)
+            # This save outlasted every_steps steps, whatever the average says: more are needed.
+            needed = max(math.ceil(save_s / step_s), self.config.every_steps + 1)
             advice = (
                 f"; a step takes {step_s:.3f} s, so every_steps >= {needed} keeps up "
                 f"(every_steps is {self.config.every_steps})"

@@ -82,5 +82,6 @@ class exit_on_error(contextlib.ContextDecorator):
 
     def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
         if isinstance(error, SpotsafeError):
-            print(f"error: {error}", file=sys.stderr, flush=True)
+            # One line, even where a library's text inside the message spans several.
+            print("error:", " ".join(str(error).split()), file=sys.stderr, flush=True)
             raise SystemExit(EXIT_USAGE) from None

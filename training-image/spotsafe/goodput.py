@@ -150,13 +150,20 @@ def reached_before(store: ObjectStore, attempt: int) -> int:
 
 
 class ProgressRecorder:
-    """Writes the furthest step the run has reached, from its own thread, whenever it moved."""
+    """Writes the furthest step the run has reached, from its own thread, whenever it moved
+    beyond `recorded`, the step on record already (the checkpoint, earlier attempts' records):
+    an attempt that trains nothing writes nothing."""
 
     def __init__(
-        self, store: ObjectStore, attempt: int, reached: Callable[[], int], every_s: float
+        self,
+        store: ObjectStore,
+        attempt: int,
+        reached: Callable[[], int],
+        every_s: float,
+        recorded: int = 0,
     ) -> None:
         self.store, self.key, self.reached, self.every_s = store, _key(attempt), reached, every_s
-        self._written: int | None = None
+        self._written = recorded
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="spotsafe-progress", daemon=True)
         self._thread.start()
@@ -167,7 +174,7 @@ class ProgressRecorder:
 
     def _write(self) -> None:
         step = self.reached()
-        if step == self._written:
+        if step <= self._written:
             return
         try:
             self.store.put(self.key, json.dumps({"step": step, "at": time.time()}).encode())

@@ -16,9 +16,10 @@ It takes torchrun's arguments and runs torchrun's elastic agent, with these diff
   own connect holds signals until it gives up). A store that never answers is one line on
   stderr and exit 1: it is missing, or the endpoint is wrong.
 - It exits 75 too when the rendezvous store is lost after the ranks have run: torchrun then
-  stops the ranks with SIGTERM (they make a final save) and fails. Any other rendezvous error
-  (a rendezvous closed by a node that failed for good, a gang that never re-formed) is one
-  line on stderr and exit 1.
+  stops the ranks with SIGTERM (they make a final save) and fails; and when, after the ranks
+  ran, the gang does not re-form within join_timeout (a node lost and not replaced), with one
+  line on stderr. Any other rendezvous error (a rendezvous closed by a node that failed for
+  good, a gang that never formed) is one line on stderr and exit 1.
 - The ranks' own store is rebuilt at each rendezvous round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
   unless set). torchrun otherwise keeps it in the first round's rank-0 agent, and a replacement
   node that joins a later round times out waiting for keys that agent never publishes again.
@@ -32,10 +33,27 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 
 from spotsafe.preemption import EXIT_PREEMPTED
 
 log = logging.getLogger("spotsafe.launcher")
+
+# Set by spotsafe-run for the ranks it starts: the launcher that passes exit 75 on.
+LAUNCHER_ENV = "SPOTSAFE_LAUNCHER"
+
+
+def warn_if_exit_code_lost(environ: Mapping[str, str] = os.environ) -> bool:
+    """Warn when torchrun's agent (not spotsafe-run) started this rank: it
+    exits 1 when the ranks stop for a preemption, and the Job counts a failure. True if so."""
+    if "TORCHELASTIC_RUN_ID" not in environ or LAUNCHER_ENV in environ:
+        return False
+    log.warning(
+        "this rank runs under torchrun, which exits 1 when the ranks stop for a preemption "
+        "(exit 75), so the Job counts each preemption as a failure: launch with spotsafe-run, "
+        "which takes torchrun's arguments"
+    )
+    return True
 
 
 def exit_code(exit_codes: list[int]) -> int:
@@ -100,12 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic import metrics
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous import RendezvousConnectionError, RendezvousError
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousConnectionError,
+        RendezvousError,
+        RendezvousTimeoutError,
+    )
     from torch.distributed.run import parse_args, run
 
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    os.environ[LAUNCHER_ENV] = "spotsafe-run"
 
     store = _external_store(args)
     if store and not wait_for_store(*store):
@@ -143,6 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         if started.seen and isinstance(e, RendezvousConnectionError):
             log.warning(
                 "rendezvous store lost%s: the ranks stopped; exit %d", cause, EXIT_PREEMPTED
+            )
+            return EXIT_PREEMPTED
+        if started.seen and isinstance(e, RendezvousTimeoutError):
+            # A node left (lost, not replaced) and the gang did not re-form: nothing failed,
+            # the run's newest checkpoint stands, and the GPUs are not held any longer.
+            print(
+                f"rendezvous at {args.rdzv_endpoint}: the gang of at least "
+                f"{args.nnodes.split(':')[0]} "
+                "node(s) did not re-form within the rendezvous's join_timeout after a node "
+                f"left; stopping so the run is requeued (exit {EXIT_PREEMPTED})",
+                file=sys.stderr,
             )
             return EXIT_PREEMPTED
         print(f"error: rendezvous at {args.rdzv_endpoint} failed: {e}{cause}", file=sys.stderr)

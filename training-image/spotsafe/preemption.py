@@ -22,9 +22,13 @@ sys.exit(EXIT_PREEMPTED if guard.stopped else 0)
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import logging
+import os
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -63,16 +67,25 @@ class PreemptionGuard:
     def close(self, exit_code: int | None = None) -> None:
         """Stop watching. Given the exit code of a run whose work is durable, a later SIGTERM
         ends the process with that code instead of killing it (143, which the Job would count
-        as a failure)."""
-        self.watcher.close()
+        as a failure), at any moment up to the process's own exit."""
         if exit_code is None or "sigterm" not in self.watcher.config.sources:
+            self.watcher.close()
             return
 
         def leave(signum: int, frame: object) -> None:
             log.warning("SIGTERM after the run's work is durable: exiting with %d", exit_code)
-            raise SystemExit(exit_code)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            # Not SystemExit: raised inside interpreter shutdown it prints a traceback, and
+            # user code may catch it.
+            os._exit(exit_code)
 
-        signal.signal(signal.SIGTERM, leave)
+        self.watcher.close(sigterm_handler=leave)
+        # The interpreter sets Python's signal handlers back to the default action late in its
+        # shutdown, where a SIGTERM would kill the process; an ignored one it leaves alone.
+        atexit.unregister(_ignore_sigterm)
+        atexit.register(_ignore_sigterm)
 
     @property
     def stopped(self) -> bool:
@@ -162,6 +175,10 @@ class PreemptionGuard:
             )
         ckpt.store.delete([STOP_MARKER])
         return lost
+
+
+def _ignore_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _mark_stop(ckpt: Any, step: int) -> bool:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from spotsafe import goodput, metrics
+from spotsafe import goodput, launcher, metrics
 from spotsafe.checkpointer import Checkpointer
 from spotsafe.data import LoaderGenerator
 from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
@@ -49,29 +49,44 @@ class _Progress:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.generator = LoaderGenerator()
+        self._rng: dict[str, Any] | None = None  # set again once the loader has started
 
     def state_dict(self) -> dict[str, Any]:
+        # The generators and the loader are this process's own: kept per rank, so that under
+        # several ranks each resumes its own streams (one shared value would be rank 0's).
+        own: dict[str, Any] = {"rng": RNGState().state_dict()}
         loader = self.run.loader
-        state: dict[str, Any] = {"epoch": self.run.epoch, "rng": RNGState().state_dict()}
         if loader is not None:
-            state["loader"] = loader.state_dict()
-            state["loader_generator"] = self.generator.state_dict(loader)
-        return state
+            own["loader"] = loader.state_dict()
+            own["loader_generator"] = self.generator.state_dict(loader)
+        return {"epoch": self.run.epoch, f"rank{self.run.ckpt.rank}": own}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # A rank the saving world did not have (it was smaller) resumes rank 0's.
+        own = state_dict.get(f"rank{self.run.ckpt.rank}") or state_dict["rank0"]
         loader = self.run.loader
-        if (loader is None) != ("loader" not in state_dict):
-            has = "has" if "loader" in state_dict else "has no"
+        if (loader is None) != ("loader" not in own):
+            has = "has" if "loader" in own else "has no"
             given = "is given" if loader is not None else "is not"
             raise StateMismatchError(
                 f"the checkpoint {has} data-loader state but a loader {given} to the Run; "
                 "resume with the same Run(uri, state, loader) the run was saved with"
             )
         self.run.epoch = int(state_dict["epoch"])
-        RNGState().load_state_dict(state_dict["rng"])
+        RNGState().load_state_dict(own["rng"])
         if loader is not None:
-            loader.load_state_dict(state_dict["loader"])
-            self.generator.load_state_dict(state_dict["loader_generator"])
+            loader.load_state_dict(own["loader"])
+            self.generator.load_state_dict(own["loader_generator"])
+            self._rng = own["rng"]
+
+    def started(self) -> None:
+        """Call once the resumed loader's first iterator exists. Creating it drew from the
+        generators after the saved states were taken (a loader without generator= draws its
+        base seed from the global one), so they are set back to the saved states."""
+        self.generator.started(self.run.loader)
+        if self._rng is not None:
+            RNGState().load_state_dict(self._rng)
+            self._rng = None
 
 
 class Run:
@@ -93,6 +108,7 @@ class Run:
             raise ConfigError(f"state[{RUN_KEY!r}] is the run's own entry; name yours otherwise")
         self.loader = _checked(loader)
         self.guard = PreemptionGuard.from_env()
+        launcher.warn_if_exit_code_lost()
         if isinstance(checkpoint, Checkpointer):
             if options:
                 raise ConfigError("pass checkpoint options to the Checkpointer, not to the Run")
@@ -144,6 +160,7 @@ class Run:
                 attempt,
                 lambda: max(self.step, self.ledger.redo_until),
                 self._progress_every_s,
+                recorded=max(reached, resumed),
             )
 
     def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
@@ -185,8 +202,11 @@ class Run:
             raise ConfigError("Run.batches() needs epochs= or steps= to know where training ends")
         empty_epochs = 0
         while (epochs is None or self.epoch < epochs) and (steps is None or self.step < steps):
+            sampler = getattr(self.loader, "sampler", None)
+            if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch
+                sampler.set_epoch(self.epoch)
             batches = iter(self.loader)
-            self._progress.generator.started(self.loader)
+            self._progress.started()
             empty = True
             for batch in batches:
                 empty = False

@@ -25,7 +25,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spotsafe.errors import CheckpointSaveError, CorruptCheckpointError, StateMismatchError
+from spotsafe.errors import (
+    CheckpointSaveError,
+    ConfigError,
+    CorruptCheckpointError,
+    StateMismatchError,
+)
 from spotsafe.manifest import Manifest, ObjectEntry, step_prefix
 
 if TYPE_CHECKING:
@@ -73,7 +78,7 @@ def stage(
     saves: ShardedSaves = ckpt._sharded
     stager = saves.take()
     try:
-        staged = stager.stage({key: obj.state_dict() for key, obj in state.items()})
+        staged = stager.stage({key: obj.state_dict() for key, obj in dcp_entries(state).items()})
     except BaseException:
         saves.give_back(stager)
         raise
@@ -167,9 +172,71 @@ def _download(ckpt: Checkpointer, manifest: Manifest, local: Path) -> None:
 def _load(ckpt: Checkpointer, manifest: Manifest, state: Mapping[str, Any], local: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
+    entries = dcp_entries(state)
+    reader = dcp.FileSystemReader(local)
+    live = {key: obj.state_dict() for key, obj in entries.items()}
+    _fall_back_to_rank_0(live, set(reader.read_metadata().state_dict_metadata), ckpt.rank)
     try:
-        dcp.load(dict(state), storage_reader=dcp.FileSystemReader(local))
+        dcp.load(live, storage_reader=reader)
+        for key, obj in entries.items():
+            obj.load_state_dict(live[key])
     except (RuntimeError, KeyError, ValueError) as e:
         raise StateMismatchError(
             f"checkpoint {ckpt.uri}/{step_prefix(manifest.step)} does not fit the state: {e}"
         ) from e
+
+
+def _fall_back_to_rank_0(live: dict[str, Any], saved_keys: set[str], rank: int) -> None:
+    """An entry kept per rank (``rank<N>`` inside a state dict, as the Run keeps its
+    generators) that the checkpoint lacks, because a smaller world saved it, reads rank 0's."""
+    mine = f"rank{rank}"
+    if rank == 0:
+        return
+    for key, value in live.items():
+        if (
+            isinstance(value, dict)
+            and mine in value
+            and not any(saved.startswith(f"{key}.{mine}.") for saved in saved_keys)
+        ):
+            value["rank0"] = value.pop(mine)
+
+
+class _OptimizerState:
+    """An optimizer's state keyed by parameter name, through DCP's optimizer state-dict
+    functions. A fresh optimizer's own state_dict() has no per-parameter state yet, so a
+    sharded load would find nothing to fill and silently drop, say, Adam's moments."""
+
+    def __init__(self, model: Any, optim: Any) -> None:
+        self.model, self.optim = model, optim
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.model, self.optim)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optim, state_dict)
+
+
+def dcp_entries(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The state as DCP saves and loads it: each optimizer through the model in the state that
+    holds its parameters."""
+    import torch
+
+    modules = [obj for obj in state.values() if isinstance(obj, torch.nn.Module)]
+    entries = dict(state)
+    for key, obj in state.items():
+        if not isinstance(obj, torch.optim.Optimizer):
+            continue
+        params = {id(p) for group in obj.param_groups for p in group["params"]}
+        owner = next((m for m in modules if params <= {id(p) for p in m.parameters()}), None)
+        if owner is None:
+            raise ConfigError(
+                f"state[{key!r}] optimizes parameters of no model in the state; under several "
+                "ranks its state is saved by parameter name: put the model it trains in the "
+                "state too"
+            )
+        entries[key] = _OptimizerState(owner, obj)
+    return entries

@@ -183,9 +183,34 @@ def load(state: Mapping[str, Any], saved: Mapping[str, Any], where: str) -> None
             f"{only_live}; restore into a state with the keys the run saved"
         )
     for key, obj in live.items():
+        if isinstance(obj, torch.nn.Module) and (differs := module_mismatch(obj, saved[key])):
+            raise StateMismatchError(
+                f"checkpoint {where} entry {key!r} does not fit the {type(obj).__name__} to "
+                f"restore into: {differs}; restore into the model the run was saved with"
+            )
         try:
             obj.load_state_dict(saved[key])
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
             raise StateMismatchError(
-                f"checkpoint {where} entry {key!r} does not fit {type(obj).__name__}: {e}"
+                f"checkpoint {where} entry {key!r} does not fit {type(obj).__name__}: "
+                + " ".join(str(e).split())  # one line, whatever the library wrote
             ) from e
+
+
+def module_mismatch(module: torch.nn.Module, saved: Mapping[str, Any]) -> str:
+    """How a saved state dict and a module's differ, in one line; empty when they fit."""
+    live = module.state_dict()
+    parts = []
+    if missing := [k for k in live if k not in saved]:
+        parts.append(f"only the model has {missing}")
+    if unexpected := [k for k in saved if k not in live]:
+        parts.append(f"only the checkpoint has {unexpected}")
+    shapes = [
+        f"{k} {list(saved[k].shape)} in the checkpoint, {list(v.shape)} in the model"
+        for k, v in live.items()
+        if isinstance(v, torch.Tensor) and isinstance(saved.get(k), torch.Tensor)
+        and saved[k].shape != v.shape
+    ]  # fmt: skip
+    if shapes:
+        parts.append("shapes differ: " + ", ".join(shapes))
+    return "; ".join(parts)

@@ -161,10 +161,12 @@ class TerminationWatcher:
                 thread.start()
         return self
 
-    def close(self) -> None:
+    def close(self, sigterm_handler: object = None) -> None:
+        """Stop watching; SIGTERM goes back to the handler it had, or to `sigterm_handler`
+        (swapped in one call, so no SIGTERM ever meets the default action in between)."""
         self._stop.set()
         if self._previous_handler is not None:
-            signal.signal(signal.SIGTERM, self._previous_handler)
+            signal.signal(signal.SIGTERM, sigterm_handler or self._previous_handler)
             self._previous_handler = None
 
     def __enter__(self) -> TerminationWatcher:

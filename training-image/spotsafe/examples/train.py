@@ -33,10 +33,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
 
 from spotsafe import Checkpointer, DataPosition, Extras, Preempted, Run, exit_on_error
 from spotsafe.preemption import EXIT_PREEMPTED
@@ -62,21 +58,6 @@ def build_model(size: str) -> nn.Module:
     for _ in range(layers - 1):
         blocks += [nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(0.1)]
     return nn.Sequential(*blocks, nn.Linear(hidden, 1))
-
-
-class OptimizerState:
-    """The optimizer's state keyed by parameter name, through DCP's state_dict helpers. A fresh
-    optimizer's own state_dict() has no per-parameter state yet, so a sharded load would find
-    nothing to fill and silently drop Adam's moments."""
-
-    def __init__(self, model: nn.Module, optim: torch.optim.Optimizer) -> None:
-        self.model, self.optim = model, optim
-
-    def state_dict(self) -> dict[str, Any]:
-        return get_optimizer_state_dict(self.model, self.optim)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        set_optimizer_state_dict(self.model, self.optim, state_dict)
 
 
 def position_in_world() -> tuple[int, int]:
@@ -124,7 +105,7 @@ def make_state(cfg: TrainConfig) -> tuple[nn.Module, dict[str, Any]]:
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = {
         "model": model,
-        "optim": OptimizerState(model, optim),
+        "optim": optim,  # on several ranks the Run saves it by parameter name
         "sched": torch.optim.lr_scheduler.StepLR(optim, step_size=50, gamma=0.5),
         "scaler": torch.amp.GradScaler(cfg.device, enabled=cfg.device == "cuda"),
         "data": DataPosition(),
@@ -147,7 +128,7 @@ def train_step(cfg: TrainConfig, model: nn.Module, state: dict[str, Any]) -> Non
     rank, world_size = position_in_world()
     x, y = (t.to(cfg.device) for t in batch(cfg.seed, state["data"], cfg.size, rank))
     loss = nn.functional.mse_loss(model(x), y)
-    optim = state["optim"].optim
+    optim = state["optim"]
     optim.zero_grad()
     state["scaler"].scale(loss).backward()
     if world_size > 1:

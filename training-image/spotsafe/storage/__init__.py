@@ -8,6 +8,7 @@ create-only write the checkpoint protocol commits with. Objects are written as s
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlparse
@@ -57,6 +58,7 @@ def open_store(uri: str, *, max_attempts: int = 5, connect_timeout_s: float = 5.
     if parsed.scheme in ("s3", "gs"):
         if not parsed.netloc:
             raise InvalidURIError(f"checkpoint URI {uri!r} names no bucket; expected {URI_FORMS}")
+        _check_bucket_name(uri, parsed.scheme, parsed.netloc)
         if parsed.scheme == "s3":
             from spotsafe.storage.s3 import S3Store
 
@@ -73,3 +75,24 @@ def open_store(uri: str, *, max_attempts: int = 5, connect_timeout_s: float = 5.
 
         return LocalStore(uri, parsed.path)
     raise InvalidURIError(f"checkpoint URI {uri!r} is not supported; expected {URI_FORMS}")
+
+
+# The services' naming rules (S3: "General purpose bucket naming rules"; GCS: "Bucket names"):
+# a name outside them is the user's to fix, refused here rather than sent and retried.
+_BUCKET_NAMES = {
+    "s3": (re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"), "3-63 lowercase letters, digits, "
+           "dots and hyphens, starting and ending with a letter or digit"),
+    "gs": (re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"), "3-63 lowercase letters, digits, "
+           "dots, hyphens and underscores (up to 222 with dots), starting and ending with a "
+           "letter or digit"),
+}  # fmt: skip
+
+
+def _check_bucket_name(uri: str, scheme: str, bucket: str) -> None:
+    pattern, rule = _BUCKET_NAMES[scheme]
+    parts_fit = all(len(part) <= 63 for part in bucket.split("."))
+    if not pattern.fullmatch(bucket) or ".." in bucket or not parts_fit:
+        raise InvalidURIError(
+            f"checkpoint URI {uri!r} names bucket {bucket!r}, which is not a valid bucket name: "
+            f"{rule}"
+        )

@@ -44,7 +44,8 @@ DOWNLOAD = TransferConfig(
 )
 # Parts sent at once. More do not upload faster on a 2-core node, and each costs a part buffer.
 PARTS_IN_FLIGHT = 4
-_DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden"}
+_DENIED = {"AccessDenied", "403", "Forbidden"}
+_UNKNOWN_KEY = {"InvalidAccessKeyId", "SignatureDoesNotMatch"}  # who, not what, is refused
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 T = TypeVar("T")
@@ -185,6 +186,12 @@ class S3Store(PartStore):
             return BucketNotFoundError(
                 f"bucket {self.bucket!r} does not exist at {self.endpoint}; "
                 "create it or correct the checkpoint URI"
+            )
+        if code in _UNKNOWN_KEY:
+            return StoragePermissionError(
+                f"the credentials in use are not accepted by {self.endpoint} for {where} "
+                f"({code}): the access key is unknown or its secret is wrong; check the identity "
+                "the pod gets (workload identity, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
             )
         if code in _DENIED:
             return StoragePermissionError(
