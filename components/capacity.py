@@ -11,6 +11,8 @@
   service quotas (vCPUs per instance family, spot and on-demand);
 - every Job template's pod fits at least one instance type of its class, after what the node
   keeps for itself;
+- Kueue's requeue timeouts agree with how long a multi-node template's agents wait for their
+  gang (twice its class's `replacement_time`), so a lost node never becomes a counted failure;
 - what the first `pulumi up` launches fits the quotas the account has before any request is
   granted (`creation_problems`, given the quotas read from the account).
 
@@ -111,6 +113,7 @@ def capacity_problems(config: StackConfig) -> list[Problem]:
         problems += _gke_buffer_problems(config, known)
     problems += _quota_problems(config, classes)
     problems += _template_problems(config, classes, config.cloud)
+    problems += _rendezvous_problems(config)
     if config.aws is not None and not problems:
         problems += _service_quota_problems(config, classes, known)
     kube = config.kubernetes
@@ -402,6 +405,56 @@ def _template_problems(config: StackConfig, classes: dict, cloud: str) -> list[P
             templates.gpus_per_node, *classes[class_key], cloud
         ) or _admission_problem(config, t, class_key)
         if problem and problem not in problems:
+            problems.append(problem)
+    return problems
+
+
+def _rendezvous_problems(config: StackConfig) -> list[Problem]:
+    """Kueue's timeouts against the agents' wait W for their gang (twice the template class's
+    replacement_time). An agent that started gives up after W: with 75 once its ranks ran (a
+    node lost, not replaced), with a counted 1 when its gang never formed. So Kueue must
+    requeue a gang still missing pods before a fresh agent gives up: pods_ready_timeout <= W
+    after admission; and, after a lost node, recovery_timeout < 2 W, since the survivors'
+    replacement pods start a fresh wait at W. And recovery_timeout >= W, or Kueue requeues the
+    whole run while the replacement the survivors wait for may still come."""
+    from components.config import duration_seconds
+
+    kueue = config.kubernetes.kueue
+    ready_s = duration_seconds(kueue.pods_ready_timeout)
+    recovery_s = duration_seconds(kueue.recovery_timeout)
+    by_name = {c.name: (i, c) for i, c in enumerate(config.gpu_classes)}
+    problems = []
+    for t in range(len(config.teams)):
+        if template_class(config, t) not in by_name:
+            continue  # reported at the template
+        index, gpu_class = by_name[template_class(config, t)]
+        wait_s = gpu_class.rendezvous_wait_s()
+        waits = (
+            f"the multi-node agents of class {gpu_class.name!r} wait {wait_s} s for their gang "
+            f"(twice gpu_classes[{index}].replacement_time = {gpu_class.replacement_time})"
+        )
+        if ready_s > wait_s:
+            problem = (
+                "kubernetes.kueue.pods_ready_timeout",
+                f"{kueue.pods_ready_timeout} is longer than {waits}: an agent whose peers are "
+                f"still pending gives up first, a counted failure; set at most {wait_s}s",
+            )
+        elif recovery_s < wait_s:
+            problem = (
+                "kubernetes.kueue.recovery_timeout",
+                f"{kueue.recovery_timeout} is shorter than {waits}: Kueue would requeue the whole "
+                f"run while a lost node's replacement may still come; set at least {wait_s}s",
+            )
+        elif recovery_s >= 2 * wait_s:
+            problem = (
+                "kubernetes.kueue.recovery_timeout",
+                f"{kueue.recovery_timeout} is not below twice what {waits}: after a lost node the "
+                "survivors stop at that wait, and their replacements give up the next, a counted "
+                f"failure, before Kueue requeues the run; set below {2 * wait_s}s",
+            )
+        else:
+            continue
+        if problem not in problems:
             problems.append(problem)
     return problems
 

@@ -144,6 +144,14 @@ InstanceTypes = Annotated[
 ]
 
 
+DURATION = r"^\d+(s|m|h)$"
+
+
+def duration_seconds(duration: str) -> int:
+    """Seconds in a DURATION such as "15m"."""
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
 class GpuClass(Model):
     """GPUs of one accelerator model and memory, e.g. `a10g-24gb`: what teams request.
 
@@ -174,8 +182,27 @@ class GpuClass(Model):
         "accelerator (GKE; the catalog says which). Default: the stack's zones.",
     )
 
+    replacement_time: str = Field(
+        default="5m",
+        pattern=DURATION,
+        description="How long a new node of the class takes to run a pod (launch, boot, image "
+        "pull). A multi-node run's survivors wait twice this for a lost node's replacement, then "
+        "stop with exit 75: requeued, not counted.",
+    )
+
+    @field_validator("replacement_time")
+    @classmethod
+    def _some_time(cls, value: str) -> str:
+        if duration_seconds(value) == 0:
+            raise ValueError(f"{value!r}: no node starts at once; give the time one takes")
+        return value
+
     def pool_zones(self, stack_zones: list[str]) -> list[str]:
         return list(self.zones or stack_zones)
+
+    def rendezvous_wait_s(self) -> int:
+        """How long the survivors of a lost node wait for its replacement to join their gang."""
+        return 2 * duration_seconds(self.replacement_time)
 
 
 class Alerts(Model):
@@ -497,12 +524,6 @@ NOTICE_LAG_SECONDS = {"aws": 20, "gcp": 0}
 # The notice sources the runtime watches on each cloud. AWS: SIGTERM only, since EKS nodes keep
 # the IMDS hop limit at 1 and a pod cannot reach IMDS.
 NOTICE_SOURCES = {"aws": ("sigterm",), "gcp": ("sigterm", "gce")}
-DURATION = r"^\d+(s|m|h)$"
-
-
-def duration_seconds(duration: str) -> int:
-    """Seconds in a DURATION such as "15m"."""
-    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
 
 
 class KueueConfig(Model):

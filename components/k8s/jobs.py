@@ -91,10 +91,11 @@ class TrainingJobSpec:
     # EFA interfaces per node, as the GPU class has them (0: none). A multi-node pod requests
     # them all, and libfabric (NCCL's aws-ofi-nccl plugin, in the image) uses them.
     efa_interfaces: int = 0
-    # How long a multi-node agent waits for its gang in the rendezvous. Longer than Kueue's
-    # recovery timeout, so Kueue requeues a run whose lost node never comes back (uncounted)
-    # before an agent gives up (counted).
-    rendezvous_timeout_s: int = 1800
+    # How long a multi-node agent waits for its gang in the rendezvous (join_timeout): twice
+    # the GPU class's replacement_time (GpuClass.rendezvous_wait_s, 5 minutes by default). The
+    # survivors of a node lost and not replaced then exit 75 (requeued, uncounted) instead of
+    # holding their GPUs idle.
+    rendezvous_timeout_s: int = 600
 
     def __post_init__(self) -> None:
         if self.notice_seconds < 1:

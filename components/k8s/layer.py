@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity import efa_interfaces, template_class
-from components.config import UNBUILT_IMAGE, StackConfig, duration_seconds
+from components.config import UNBUILT_IMAGE, StackConfig
 from components.k8s import rendezvous
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
@@ -161,11 +161,6 @@ class KubernetesLayer(pulumi.ComponentResource):
                 "until you push the training image and set its digest (docs/deploy.md, section 7)"
             )
         image = training_image(t.image, platform.image_repository)
-        # An agent waits for its gang longer than Kueue waits for the gang's pods, so a run
-        # whose lost node never comes back is requeued (uncounted) before an agent gives up.
-        kueue_wait_s = max(
-            duration_seconds(s.kueue.pods_ready_timeout), duration_seconds(s.kueue.recovery_timeout)
-        )
         for index, team in enumerate(config.teams):
             gpu_class = classes[template_class(config, index)]
             store = RendezvousStore(
@@ -200,7 +195,8 @@ class KubernetesLayer(pulumi.ComponentResource):
                 labels={"spot-training/team": team.name},
                 annotations=dict(platform.training_pod_annotations),
                 rendezvous_endpoint=store.endpoint,
-                rendezvous_timeout_s=2 * kueue_wait_s,
+                # Kueue's timeouts agree with it (components/capacity.py).
+                rendezvous_timeout_s=gpu_class.rendezvous_wait_s(),
                 efa_interfaces=efa_interfaces(config, gpu_class),
             )
             JobTemplates(

@@ -308,3 +308,32 @@ def test_cli_refuses_a_template_that_fits_no_node_with_exit_2(program_copy):
     lines = [line for line in result.stderr.splitlines() if "spot-training:" in line]
     assert len(lines) == 1 and "spot-training:kubernetes.templates.gpus_per_node:" in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("kueue", "path", "expected"),
+    [
+        ({"pods_ready_timeout": "11m"}, "pods_ready_timeout", "set at most 600s"),
+        ({"recovery_timeout": "9m"}, "recovery_timeout", "set at least 600s"),
+        ({"recovery_timeout": "20m"}, "recovery_timeout", "set below 1200s"),
+    ],
+)
+def test_kueue_timeouts_must_agree_with_the_agents_wait_for_a_replacement(kueue, path, expected):
+    """The agents wait twice the class's replacement_time (5m: 600 s) for their gang; Kueue's
+    waitForPodsReady timeouts (Kueue's Configuration API, WaitForPodsReady: `timeout` from
+    admission, `recoveryTimeout` from the last PodsReady=false after the pods ran) must
+    requeue before a fresh agent gives up, and not before the survivors stop waiting."""
+    (where, message) = only(
+        "dev", lambda v: v.setdefault("kubernetes", {}).setdefault("kueue", {}).update(kueue)
+    )
+    assert where == f"kubernetes.kueue.{path}"
+    assert "twice gpu_classes[0].replacement_time = 5m" in message and expected in message
+
+
+def test_a_slower_class_replacement_lengthens_the_wait_kueue_must_allow():
+    def slow(values):
+        values["gpu_classes"][0]["replacement_time"] = "10m"
+
+    (where, message) = only("dev", slow)
+    assert where == "kubernetes.kueue.recovery_timeout"  # 15m, below the 20 min wait
+    assert "wait 1200 s" in message and "set at least 1200s" in message
