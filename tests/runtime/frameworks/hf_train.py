@@ -1,6 +1,7 @@
 """A Hugging Face Trainer run of a tiny random-init GPT-2 (no hub download), shipped by
 spotsafe.hf. Usage: hf_train.py URI OUTPUT_DIR MAX_STEPS. It prints "step N" at each step end
-and, when training ends, one JSON line with the final step and a digest of the weights."""
+and, when training ends, one JSON line with the final step, a digest of the weights and the
+optimizer's step count."""
 
 from __future__ import annotations
 
@@ -38,4 +39,7 @@ args = TrainingArguments(
 sync = Announced(uri)
 trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[sync])
 trainer.train(resume_from_checkpoint=sync.restore(args.output_dir))
-print(json.dumps({"step": trainer.state.global_step, "weights": digest(model)}), flush=True)
+# Code after train() runs on every run, a finished one's restart too. Adam counts its steps.
+adam_steps = {int(s["step"]) for s in trainer.optimizer.state.values()}
+result = {"step": trainer.state.global_step, "weights": digest(model), "adam_steps": [*adam_steps]}
+print(json.dumps(result), flush=True)
