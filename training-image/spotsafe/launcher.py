@@ -101,14 +101,43 @@ def _external_store(args) -> tuple[str, int, int] | None:
     return host, port, params.get_as_int("join_timeout", 600)
 
 
-class _RanksStarted:
-    """A torchelastic metric handler that learns whether this agent has started its ranks."""
+# The c10d rendezvous, created by _Gang so that it knows its handler.
+GANG_BACKEND = "spotsafe-c10d"
+
+
+class _Gang:
+    """What this agent knows of its gang: whether its ranks have started (a torchelastic metric
+    handler) and which nodes the last gang that ran had (the c10d rendezvous it creates)."""
 
     def __init__(self) -> None:
         self.seen = False
+        self.handler = None
+        self.nodes: list = []
+
+    def create_handler(self, params):
+        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+        from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+        params.backend = "c10d"  # the backend it is: GANG_BACKEND only routed it here
+        backend, store = create_backend(params)
+        self.handler = create_handler(store, backend, params)
+        return self.handler
 
     def emit(self, metric) -> None:
-        self.seen = self.seen or metric.name.endswith("._start_workers.success")
+        if metric.name.endswith("._start_workers.success"):
+            self.seen = True
+            if self.handler is not None:
+                # torch keeps the round's participants in the handler's state only (torch 2.13).
+                self.nodes = list(self.handler._state_holder.state.participants)
+
+    def missing(self) -> str:
+        """The nodes of the last gang that ran whose heartbeats stopped, as `addr (agent pid N)`."""
+        if self.handler is None:
+            return "unknown"
+        # This node has left the rendezvous by now, having timed out.
+        alive = {self.handler._this_node, *self.handler._state_holder.state.last_heartbeats}
+        gone = [node for node in self.nodes if node not in alive]
+        return ", ".join(f"{node.addr} (agent pid {node.pid})" for node in gone) or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         RendezvousConnectionError,
         RendezvousError,
         RendezvousTimeoutError,
+        rendezvous_handler_registry,
     )
     from torch.distributed.run import parse_args, run
 
@@ -142,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # From here torchrun's agent turns a SIGTERM into a stop of its ranks.
     signal.signal(signal.SIGTERM, stop)
-    started = _RanksStarted()
-    metrics.configure(started, group="torchelastic")
+    gang = _Gang()
+    metrics.configure(gang, group="torchelastic")
+    if args.rdzv_backend == "c10d" and not args.standalone:
+        rendezvous_handler_registry.register(GANG_BACKEND, gang.create_handler)
+        args.rdzv_backend = GANG_BACKEND
     try:
         run(args)
     except SignalException as e:
@@ -163,19 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     except RendezvousError as e:
         # The cause (a socket timeout, say) says why; its C++ stack that follows does not.
         cause = f" ({str(e.__cause__).splitlines()[0]})" if e.__cause__ else ""
-        if started.seen and isinstance(e, RendezvousConnectionError):
+        if gang.seen and isinstance(e, RendezvousConnectionError):
             log.warning(
                 "rendezvous store lost%s: the ranks stopped; exit %d", cause, EXIT_PREEMPTED
             )
             return EXIT_PREEMPTED
-        if started.seen and isinstance(e, RendezvousTimeoutError):
+        if gang.seen and isinstance(e, RendezvousTimeoutError):
             # A node left (lost, not replaced) and the gang did not re-form: nothing failed,
             # the run's newest checkpoint stands, and the GPUs are not held any longer.
             print(
-                f"rendezvous at {args.rdzv_endpoint}: the gang of at least "
-                f"{args.nnodes.split(':')[0]} "
-                "node(s) did not re-form within the rendezvous's join_timeout after a node "
-                f"left; stopping so the run is requeued (exit {EXIT_PREEMPTED})",
+                f"rendezvous at {args.rdzv_endpoint}: node(s) {gang.missing()} left and the "
+                f"gang of at least {args.nnodes.split(':')[0]} node(s) did not re-form within "
+                f"the rendezvous's join_timeout; stopping so the run is requeued "
+                f"(exit {EXIT_PREEMPTED})",
                 file=sys.stderr,
             )
             return EXIT_PREEMPTED
