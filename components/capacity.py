@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from components.catalog import Catalog, InstanceType, catalog, class_name
+from components.schema import duration_seconds
 
 if TYPE_CHECKING:
     from components.config import GpuClass, StackConfig
@@ -417,8 +418,6 @@ def _rendezvous_problems(config: StackConfig) -> list[Problem]:
     after admission; and, after a lost node, recovery_timeout < 2 W, since the survivors'
     replacement pods start a fresh wait at W. And recovery_timeout >= W, or Kueue requeues the
     whole run while the replacement the survivors wait for may still come."""
-    from components.config import duration_seconds
-
     kueue = config.kubernetes.kueue
     ready_s = duration_seconds(kueue.pods_ready_timeout)
     recovery_s = duration_seconds(kueue.recovery_timeout)

@@ -33,12 +33,14 @@ from components.gcp.config import (
 )
 from components.schema import (
     DNS_LABEL,
+    DURATION,
     CreateOrAttach,
     Model,
     NonNegativeInt,
     PositiveInt,
     Schedule,
     ScheduledAction,
+    duration_seconds,
 )
 from components.versions import (
     GPU_AMI_ALIAS,
@@ -142,14 +144,6 @@ InstanceTypes = Annotated[
     Field(min_length=1),
     AfterValidator(_unique),
 ]
-
-
-DURATION = r"^\d+(s|m|h)$"
-
-
-def duration_seconds(duration: str) -> int:
-    """Seconds in a DURATION such as "15m"."""
-    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
 
 
 class GpuClass(Model):

@@ -10,6 +10,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 # Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
+# A Kubernetes-style duration, as Kueue takes its timeouts.
+DURATION = r"^\d+(s|m|h)$"
+
+
+def duration_seconds(duration: str) -> int:
+    """Seconds in a DURATION such as "15m"."""
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
