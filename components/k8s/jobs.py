@@ -23,7 +23,9 @@ preemption stop). Their c10d rendezvous lives in the team's rendezvous store on 
 stops at one step with one durable save, the preempted pod exits 75 (or is marked
 DisruptionTarget) and is replaced, and the other agents re-form the gang in place with its
 replacement. A node lost without notice fails the survivors' ranks, which torchrun restarts in
-place (--max-restarts), so that is not counted either.
+place (--max-restarts), so that is not counted either; when no replacement joins within
+`rendezvous_timeout_s` (twice the class's replacement_time), the survivors exit 75 with one line
+naming the node that left, and hold their GPUs idle no longer.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ It takes torchrun's arguments and runs torchrun's elastic agent, with these diff
 - It exits 75 too when the rendezvous store is lost after the ranks have run: torchrun then
   stops the ranks with SIGTERM (they make a final save) and fails; and when, after the ranks
   ran, the gang does not re-form within join_timeout (a node lost and not replaced), with one
-  line on stderr. Any other rendezvous error (a rendezvous closed by a node that failed for
-  good, a gang that never formed) is one line on stderr and exit 1.
+  line on stderr that names the nodes that left (their address and agent pid). Any other
+  rendezvous error (a rendezvous closed by a node that failed for good, a gang that never
+  formed) is one line on stderr and exit 1.
 - The ranks' own store is rebuilt at each rendezvous round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
   unless set). torchrun otherwise keeps it in the first round's rank-0 agent, and a replacement
   node that joins a later round times out waiting for keys that agent never publishes again.
