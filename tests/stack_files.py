@@ -46,3 +46,14 @@ def charts_of(stack: str) -> set[str]:
     elif not efa_instance_types(config):
         charts.discard(EFA_DEVICE_PLUGIN.name)
     return charts
+
+
+def value_paths(tree, prefix=()):
+    """Every path into a config tree of dicts and lists, the root's empty path first."""
+    yield prefix
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from value_paths(value, (*prefix, key))
+    elif isinstance(tree, list):
+        for index, value in enumerate(tree):
+            yield from value_paths(value, (*prefix, index))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stack_files import REPO_ROOT, STACKS, stack_values
+from stack_files import REPO_ROOT, STACKS, stack_values, value_paths
 
 from components.config import ConfigError, StackConfig, load_config
 
@@ -140,20 +140,10 @@ JUNK = st.one_of(
 )
 
 
-def _paths(tree, prefix=()):
-    yield prefix
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from _paths(value, (*prefix, key))
-    elif isinstance(tree, list):
-        for index, value in enumerate(tree):
-            yield from _paths(value, (*prefix, index))
-
-
 @st.composite
 def mutated_configs(draw):
     values = stack_values(draw(st.sampled_from(STACKS)))
-    paths = [p for p in _paths(values) if p]
+    paths = [p for p in value_paths(values) if p]
     path = draw(st.sampled_from(paths))
     action = draw(st.sampled_from(["replace", "delete", "add"]))
     parent = values

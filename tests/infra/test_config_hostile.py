@@ -20,7 +20,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stack_files import REPO_ROOT, STACKS, stack_values
+from stack_files import REPO_ROOT, STACKS, stack_values, value_paths
 
 from components.config import ConfigError, StackConfig, load_values
 from spotctl.preview_engine import ProgramInputError, stack_config
@@ -298,21 +298,11 @@ HOSTILE = st.one_of(
 )
 
 
-def _paths(tree, prefix=()):
-    yield prefix
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from _paths(value, (*prefix, key))
-    elif isinstance(tree, list):
-        for index, value in enumerate(tree):
-            yield from _paths(value, (*prefix, index))
-
-
 @st.composite
 def hostile_documents(draw) -> bytes:
     stack = draw(st.sampled_from(STACKS))
     values = copy.deepcopy(stack_values(stack))
-    path = draw(st.sampled_from([p for p in _paths(values) if p]))
+    path = draw(st.sampled_from([p for p in value_paths(values) if p]))
     parent = values
     for key in path[:-1]:
         parent = parent[key]
