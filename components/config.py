@@ -426,6 +426,23 @@ class GpuAmi(Model):
     architecture: Literal["x86_64", "arm64"] = Field(
         default="x86_64", description="CPU architecture of the GPU nodes and the training image."
     )
+    image_cache_snapshot: str | None = Field(
+        default=None,
+        pattern=r"^snap-[0-9a-f]{8,17}$",
+        description="Opt-in image cache: an encrypted EBS snapshot of a Bottlerocket data volume "
+        "with the training image already pulled, the data volume of every GPU node, so a new "
+        "node starts the trainer without pulling it (docs/deploy.md). Needs a bottlerocket alias.",
+    )
+
+    @model_validator(mode="after")
+    def _cache_needs_bottlerocket(self) -> GpuAmi:
+        # Only Bottlerocket keeps containerd's images on a volume of their own (/dev/xvdb).
+        if self.image_cache_snapshot and not self.alias.startswith("bottlerocket@"):
+            raise ValueError(
+                f"image_cache_snapshot needs a bottlerocket alias, not {self.alias!r}: only "
+                "Bottlerocket keeps the images on a data volume a snapshot can fill"
+            )
+        return self
 
 
 class Principals(Model):

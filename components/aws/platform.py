@@ -199,6 +199,7 @@ def build_aws(settings: StackConfig) -> Platform:
         security_group_ids=cluster.node_security_group_ids,
         pools=tuple(class_pools(settings)),
         ami_alias=aws_config.gpu_ami.alias,
+        image_cache_snapshot=aws_config.gpu_ami.image_cache_snapshot,
         notice_seconds=settings.kubernetes.notice_for("aws"),
         tags={c: cost_tags(settings.cost_tags, env, capacity=c) for c in CAPACITIES},
         controller_node_labels=stable.spec.labels,

@@ -196,6 +196,8 @@ class GkeClassPoolArgs:
     # The kubelet's graceful shutdown on Spot nodes; None on on-demand pools.
     shutdown: ShutdownGrace | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # GKE image streaming (GCFS): images from Artifact Registry start before they are pulled.
+    image_streaming: bool = False
 
     def __post_init__(self) -> None:
         pool, machine = self.pool, self.machine
@@ -253,6 +255,9 @@ class GkeClassPool(pulumi.ComponentResource):
                 "shutdown_grace_period_seconds": args.shutdown.seconds,
                 "shutdown_grace_period_critical_pods_seconds": args.shutdown.critical_pods_seconds,
             }
+        if args.image_streaming:
+            # GKE requires COS_CONTAINERD nodes for it, which node_settings always sets.
+            node_config["gcfs_config"] = {"enabled": True}
         node_pool = gcp.container.NodePool(
             f"{name}-nodes",
             name=class_pool_name(pool, machine.name),

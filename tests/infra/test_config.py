@@ -281,6 +281,12 @@ def test_cli_reports_unknown_stack(tmp_path):
             "aws.cluster.create.version",
             "has no pinned add-on versions in components/versions.py (pinned: 1.35)",
         ),
+        (
+            ["aws", "gpu_ami", "image_cache_snapshot"],
+            "snap-0123456789abcdef0",
+            "aws.gpu_ami",
+            "image_cache_snapshot needs a bottlerocket alias, not 'al2023@",
+        ),
     ],
 )
 def test_each_hole_is_one_error_naming_its_field(path, value, field, expected):
