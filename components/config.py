@@ -607,15 +607,45 @@ class JobTemplateConfig(Model):
         return self
 
 
+class GpuHourPrices(Model):
+    """USD per GPU-hour of one GPU class (an instance's price over its GPUs)."""
+
+    on_demand: float = Field(
+        gt=0, description="The provider's on-demand list price in the stack's region."
+    )
+    spot: float = Field(
+        gt=0,
+        description="The spot price the quarter is expected to average: AWS "
+        "`aws ec2 describe-spot-price-history`, averaged over the class's types and zones; GCP "
+        "the published Spot VM price, which Google changes at most once every 30 days.",
+    )
+
+    @model_validator(mode="after")
+    def _spot_below_on_demand(self) -> GpuHourPrices:
+        if self.spot > self.on_demand:
+            raise ValueError(f"spot {self.spot} must not exceed on_demand {self.on_demand}")
+        return self
+
+
 class MonitoringConfig(Model):
     on_demand_gpu_hour_usd: float = Field(default=4.10, gt=0)
     spot_gpu_hour_usd: float = Field(default=1.60, gt=0)
+    class_prices: dict[str, GpuHourPrices] = Field(
+        default_factory=dict,
+        description="GPU-hour prices by GPU class, for each team's cost (docs/goodput.md); a "
+        "class not listed is priced at on_demand_gpu_hour_usd and spot_gpu_hour_usd.",
+    )
 
     @model_validator(mode="after")
     def _prices(self) -> MonitoringConfig:
         if self.spot_gpu_hour_usd > self.on_demand_gpu_hour_usd:
             raise ValueError("spot_gpu_hour_usd must not exceed on_demand_gpu_hour_usd")
         return self
+
+    def prices_of(self, gpu_class: str) -> GpuHourPrices:
+        return self.class_prices.get(gpu_class) or GpuHourPrices(
+            on_demand=self.on_demand_gpu_hour_usd, spot=self.spot_gpu_hour_usd
+        )
 
 
 class KubernetesConfig(Model):
@@ -714,6 +744,22 @@ class StackConfig(Model):
                     f"class {gpu_class.name!r}: zones {outside} are not among the stack's zones "
                     f"(zones[] = {zones})"
                 )
+        return value
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _prices_of_known_classes(
+        cls, value: KubernetesConfig, info: ValidationInfo
+    ) -> KubernetesConfig:
+        if "gpu_classes" not in info.data:
+            return value  # reported at gpu_classes
+        known = {gpu_class.name for gpu_class in info.data["gpu_classes"]}
+        unknown = sorted(set(value.monitoring.class_prices) - known)
+        if unknown:
+            raise ValueError(
+                f"monitoring.class_prices: {unknown} are not GPU classes of the stack "
+                f"({', '.join(sorted(known))})"
+            )
         return value
 
     @field_validator("cost_tags")
