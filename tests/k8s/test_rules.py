@@ -147,3 +147,43 @@ def test_deployed_rules_price_every_class_and_capacity_first(prod_render, tmp_pa
     deployed.write_text(yaml.safe_dump({"groups": groups}))
     result = promtool("check", "rules", str(deployed))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_reviews_quarter_query_sums_the_cost_recordings(tmp_path) -> None:
+    """`spotctl review --costs` reads Prometheus's answer to quarter_query: evaluated by promtool
+    on the cost case of the unit tests, it gives each team's "paid" total and its causes."""
+    from spotctl.review.costs import quarter_query
+
+    document = yaml.safe_load(TESTS_FILE.read_text())
+    (case,) = [
+        c
+        for c in document["tests"]
+        if any("spot_training_gpu_hour_usd:price" in s["series"] for s in c["input_series"])
+    ]
+    query = quarter_query(days=1)
+
+    def sample(team: str, cause: str, usd: float) -> dict:
+        return {"labels": f'{{namespace="{team}", cause="{cause}"}}', "value": usd}
+
+    case["promql_expr_test"] = [
+        {
+            "expr": query,
+            "eval_time": "120m",
+            "exp_samples": [
+                sample("vision", "paid", 4.1),
+                sample("language", "paid", 11.9),
+                sample("vision", "goodput", 3.3333333333333335),
+                sample("vision", "lost_work", 0.4166666666666667),
+                sample("language", "goodput", 7),
+            ],
+        }
+    ]
+    case.pop("alert_rule_test", None)
+    tests = tmp_path / "quarter.test.yaml"
+    tests.write_text(
+        yaml.safe_dump(
+            {"rule_files": [str(RULES_FILE)], "evaluation_interval": "1m", "tests": [case]}
+        )
+    )
+    result = promtool("test", "rules", str(tests))
+    assert result.returncode == 0, result.stdout + result.stderr
