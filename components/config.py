@@ -494,6 +494,15 @@ class Alarms(Model):
         return value
 
 
+class SpotDrill(Model):
+    """Opt-in: the monthly cloud drill's AWS FIS experiment template (docs/operations.md)."""
+
+    gpu_class: str = Field(pattern=DNS_LABEL, description="The GPU class whose spot nodes it hits.")
+    percent: int = Field(
+        default=50, ge=1, le=100, description="Share of the class's running spot nodes notified."
+    )
+
+
 class AwsConfig(Model):
     cluster: ClusterConfig
     pools: Pools
@@ -503,6 +512,9 @@ class AwsConfig(Model):
     gpu_ami: GpuAmi = Field(default_factory=GpuAmi)
     principals: Principals
     alarms: Alarms = Field(default_factory=Alarms)
+    spot_drill: SpotDrill | None = Field(
+        default=None, description="The cloud drill's experiment template; none by default."
+    )
 
 
 # Seconds between a cloud's termination notice and the kill, for pods (GKE: 15 of its 30 s).
@@ -744,6 +756,21 @@ class StackConfig(Model):
                     f"class {gpu_class.name!r}: zones {outside} are not among the stack's zones "
                     f"(zones[] = {zones})"
                 )
+        return value
+
+    @field_validator("aws")
+    @classmethod
+    def _drill_of_a_known_class(
+        cls, value: AwsConfig | None, info: ValidationInfo
+    ) -> AwsConfig | None:
+        if value is None or value.spot_drill is None or "gpu_classes" not in info.data:
+            return value
+        known = [gpu_class.name for gpu_class in info.data["gpu_classes"]]
+        if value.spot_drill.gpu_class not in known:
+            raise ValueError(
+                f"spot_drill.gpu_class: {value.spot_drill.gpu_class!r} is not a GPU class of the "
+                f"stack ({', '.join(known)})"
+            )
         return value
 
     @field_validator("kubernetes")

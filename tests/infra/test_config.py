@@ -288,6 +288,18 @@ def test_cli_reports_unknown_stack(tmp_path):
             "image_cache_snapshot needs a bottlerocket alias, not 'al2023@",
         ),
         (
+            ["aws", "spot_drill", "gpu_class"],
+            "a100-40gb",
+            "aws",
+            "spot_drill.gpu_class: 'a100-40gb' is not a GPU class of the stack",
+        ),
+        (
+            ["aws", "spot_drill", "percent"],
+            0,
+            "aws.spot_drill.percent",
+            "greater than or equal to 1",
+        ),
+        (
             ["kubernetes", "monitoring", "class_prices"],
             {"a100-40gb": {"on_demand": 4.1, "spot": 1.5}},
             "kubernetes",
