@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from stack_files import STACKS, stack_values
 
-from components.aws.karpenter import KarpenterArgs, ec2_node_class
+from components.aws.karpenter import KarpenterArgs, block_devices
 from components.capacity import allocatable
 from components.catalog import catalog
 from components.config import load_config
@@ -175,7 +175,8 @@ def test_karpenter_args_refuse_an_unpinned_ami() -> None:
 
 
 def bottlerocket_node_class(snapshot: str | None) -> dict:
-    """The spot node class of the prod stack's first class, on Bottlerocket."""
+    """An EC2NodeClass of the prod stack's first class on Bottlerocket, with the component's
+    block devices (the selector terms, Outputs in the component, given plainly here)."""
     args = KarpenterArgs(
         cluster_name="c",
         region="us-west-2",
@@ -188,14 +189,18 @@ def bottlerocket_node_class(snapshot: str | None) -> dict:
         notice_seconds=120,
         image_cache_snapshot=snapshot,
     )
-    node_class = ec2_node_class(args, args.pools[0])
-    # Selector terms are Outputs of the subnets and groups; the test gives plain ones.
-    spec = {
-        **node_class["spec"],
-        "subnetSelectorTerms": [{"id": "subnet-1"}],
-        "securityGroupSelectorTerms": [{"id": "sg-1"}],
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": args.pools[0].name},
+        "spec": {
+            "role": args.node_role_name,
+            "amiSelectorTerms": [{"alias": args.ami_alias}],
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "blockDeviceMappings": block_devices(args, args.pools[0]),
+        },
     }
-    return {**node_class, "spec": spec}
 
 
 @pytest.mark.parametrize("snapshot", [None, "snap-0123456789abcdef0"])
