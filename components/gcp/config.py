@@ -423,9 +423,9 @@ class GcpConfig(Model):
     )
     image_streaming: bool = Field(
         default=False,
-        description="Opt-in GKE image streaming on the GPU class pools: a new node starts the "
-        "trainer while its image's data streams from Artifact Registry, instead of after a "
-        "full pull (docs/deploy-gcp.md).",
+        description="Opt-in GKE image streaming on the GPU pools (class and buffer): a new "
+        "node starts the trainer while its image's data streams from Artifact Registry, "
+        "instead of after a full pull (docs/deploy-gcp.md).",
     )
     checkpoint_storage: GcsCheckpointStorage = Field(default_factory=GcsCheckpointStorage)
     spot_gpu_quota: dict[str, PositiveInt] = Field(

@@ -183,6 +183,7 @@ def build_gcp(settings: StackConfig) -> Platform:
                 scheduler_account_id=account_id(env, "buffer-scheduler"),
                 resizer_role_id=role_id("BufferResizer", env),
                 labels=cost_tags(settings.cost_tags, env, capacity="on-demand"),
+                image_streaming=gcp_config.image_streaming,
             ),
             opts=opts,
         )

@@ -288,11 +288,11 @@ def test_image_streaming_is_opt_in_per_stack(prod: Preview, dev: Preview):
     Service Usage Consumer for a node account other than the default."""
     assert PROD.gcp.image_streaming and not DEV.gcp.image_streaming
     for preview, streams in ((prod, True), (dev, False)):
+        # The class pools and the buffer's GPU machines (gcp-prod's buffer is of class l4-24gb).
         class_pools_of = [
             p.inputs["nodeConfig"]
             for p in preview.of_type("gcp:container/nodePool:NodePool")
             if GPU_CLASS_LABEL in p.inputs["nodeConfig"]["labels"]
-            and p.inputs["nodeConfig"]["labels"][POOL_LABEL] != "buffer"
         ]
         assert class_pools_of
         for node in class_pools_of:
