@@ -763,7 +763,12 @@ class StackConfig(Model):
     def _drill_of_a_known_class(
         cls, value: AwsConfig | None, info: ValidationInfo
     ) -> AwsConfig | None:
-        if value is None or value.spot_drill is None or "gpu_classes" not in info.data:
+        if (
+            value is None
+            or value.spot_drill is None
+            or info.data.get("cloud") != "aws"  # an AWS section elsewhere is refused as a whole
+            or "gpu_classes" not in info.data
+        ):
             return value
         known = [gpu_class.name for gpu_class in info.data["gpu_classes"]]
         if value.spot_drill.gpu_class not in known:
