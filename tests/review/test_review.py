@@ -334,3 +334,10 @@ def test_a_costs_file_that_is_not_the_quarters_answer_is_one_clear_line(
 def test_bad_arguments_are_clear_errors(tmp_path, args, complaint):
     result = spotctl_review("--out", str(tmp_path), *args)
     assert result.returncode == 2 and complaint in result.stderr, result.stderr
+
+
+def test_the_operations_guide_saves_the_answer_to_the_query_the_review_reads():
+    from spotctl.review.costs import quarter_query
+
+    guide = (REPO / "docs" / "operations.md").read_text()
+    assert f"query={quarter_query(92)}'" in guide  # 2026Q4 has 92 days
