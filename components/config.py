@@ -447,6 +447,23 @@ class GpuAmi(Model):
     architecture: Literal["x86_64", "arm64"] = Field(
         default="x86_64", description="CPU architecture of the GPU nodes and the training image."
     )
+    image_cache_snapshot: str | None = Field(
+        default=None,
+        pattern=r"^snap-[0-9a-f]{8,17}$",
+        description="Opt-in image cache: an encrypted EBS snapshot of a Bottlerocket data volume "
+        "with the training image already pulled, the data volume of every GPU node, so a new "
+        "node starts the trainer without pulling it (docs/deploy.md). Needs a bottlerocket alias.",
+    )
+
+    @model_validator(mode="after")
+    def _cache_needs_bottlerocket(self) -> GpuAmi:
+        # Only Bottlerocket keeps containerd's images on a volume of their own (/dev/xvdb).
+        if self.image_cache_snapshot and not self.alias.startswith("bottlerocket@"):
+            raise ValueError(
+                f"image_cache_snapshot needs a bottlerocket alias, not {self.alias!r}: only "
+                "Bottlerocket keeps the images on a data volume a snapshot can fill"
+            )
+        return self
 
 
 class Principals(Model):
@@ -498,6 +515,15 @@ class Alarms(Model):
         return value
 
 
+class SpotDrill(Model):
+    """Opt-in: the monthly cloud drill's AWS FIS experiment template (docs/operations.md)."""
+
+    gpu_class: str = Field(pattern=DNS_LABEL, description="The GPU class whose spot nodes it hits.")
+    percent: int = Field(
+        default=50, ge=1, le=100, description="Share of the class's running spot nodes notified."
+    )
+
+
 class AwsConfig(Model):
     cluster: ClusterConfig
     pools: Pools
@@ -507,6 +533,9 @@ class AwsConfig(Model):
     gpu_ami: GpuAmi = Field(default_factory=GpuAmi)
     principals: Principals
     alarms: Alarms = Field(default_factory=Alarms)
+    spot_drill: SpotDrill | None = Field(
+        default=None, description="The cloud drill's experiment template; none by default."
+    )
 
 
 # Seconds between a cloud's termination notice and the kill, for pods (GKE: 15 of its 30 s).
@@ -605,15 +634,45 @@ class JobTemplateConfig(Model):
         return self
 
 
+class GpuHourPrices(Model):
+    """USD per GPU-hour of one GPU class (an instance's price over its GPUs)."""
+
+    on_demand: float = Field(
+        gt=0, description="The provider's on-demand list price in the stack's region."
+    )
+    spot: float = Field(
+        gt=0,
+        description="The spot price the quarter is expected to average: AWS "
+        "`aws ec2 describe-spot-price-history`, averaged over the class's types and zones; GCP "
+        "the published Spot VM price, which Google changes at most once every 30 days.",
+    )
+
+    @model_validator(mode="after")
+    def _spot_below_on_demand(self) -> GpuHourPrices:
+        if self.spot > self.on_demand:
+            raise ValueError(f"spot {self.spot} must not exceed on_demand {self.on_demand}")
+        return self
+
+
 class MonitoringConfig(Model):
     on_demand_gpu_hour_usd: float = Field(default=4.10, gt=0)
     spot_gpu_hour_usd: float = Field(default=1.60, gt=0)
+    class_prices: dict[str, GpuHourPrices] = Field(
+        default_factory=dict,
+        description="GPU-hour prices by GPU class, for each team's cost (docs/goodput.md); a "
+        "class not listed is priced at on_demand_gpu_hour_usd and spot_gpu_hour_usd.",
+    )
 
     @model_validator(mode="after")
     def _prices(self) -> MonitoringConfig:
         if self.spot_gpu_hour_usd > self.on_demand_gpu_hour_usd:
             raise ValueError("spot_gpu_hour_usd must not exceed on_demand_gpu_hour_usd")
         return self
+
+    def prices_of(self, gpu_class: str) -> GpuHourPrices:
+        return self.class_prices.get(gpu_class) or GpuHourPrices(
+            on_demand=self.on_demand_gpu_hour_usd, spot=self.spot_gpu_hour_usd
+        )
 
 
 class KubernetesConfig(Model):
@@ -712,6 +771,42 @@ class StackConfig(Model):
                     f"class {gpu_class.name!r}: zones {outside} are not among the stack's zones "
                     f"(zones[] = {zones})"
                 )
+        return value
+
+    @field_validator("aws")
+    @classmethod
+    def _drill_of_a_known_class(
+        cls, value: AwsConfig | None, info: ValidationInfo
+    ) -> AwsConfig | None:
+        if (
+            value is None
+            or value.spot_drill is None
+            or info.data.get("cloud") != "aws"  # an AWS section elsewhere is refused as a whole
+            or "gpu_classes" not in info.data
+        ):
+            return value
+        known = [gpu_class.name for gpu_class in info.data["gpu_classes"]]
+        if value.spot_drill.gpu_class not in known:
+            raise ValueError(
+                f"spot_drill.gpu_class: {value.spot_drill.gpu_class!r} is not a GPU class of the "
+                f"stack ({', '.join(known)})"
+            )
+        return value
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _prices_of_known_classes(
+        cls, value: KubernetesConfig, info: ValidationInfo
+    ) -> KubernetesConfig:
+        if "gpu_classes" not in info.data:
+            return value  # reported at gpu_classes
+        known = {gpu_class.name for gpu_class in info.data["gpu_classes"]}
+        unknown = sorted(set(value.monitoring.class_prices) - known)
+        if unknown:
+            raise ValueError(
+                f"monitoring.class_prices: {unknown} are not GPU classes of the stack "
+                f"({', '.join(sorted(known))})"
+            )
         return value
 
     @field_validator("cost_tags")

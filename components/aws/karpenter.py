@@ -340,6 +340,8 @@ class KarpenterArgs:
     # The stable managed node group's labels: the controller runs there, never on its own nodes.
     controller_node_labels: Mapping[str, str] = field(default_factory=dict)
     controller_replicas: int = 2
+    # EBS snapshot of a Bottlerocket data volume holding the training image (GpuAmi).
+    image_cache_snapshot: str | None = None
 
     def __post_init__(self) -> None:
         if not self.pools:
@@ -351,6 +353,11 @@ class KarpenterArgs:
             )
         if self.controller_replicas < 1:
             raise ValueError("KarpenterArgs.controller_replicas: at least 1")
+        if self.image_cache_snapshot and not self.ami_alias.startswith("bottlerocket@"):
+            raise ValueError(
+                "KarpenterArgs.image_cache_snapshot: needs a bottlerocket AMI alias, not "
+                f"{self.ami_alias!r}"
+            )
 
 
 def controller_values(args: KarpenterArgs) -> dict:
@@ -377,6 +384,26 @@ def controller_values(args: KarpenterArgs) -> dict:
     }
 
 
+def block_devices(args: KarpenterArgs, pool: ClassPool) -> list[dict]:
+    """AL2023: one root volume of the pool's size. Bottlerocket (Karpenter's defaults for it): a
+    small OS volume, and the data volume that holds containerd's images and the pods' ephemeral
+    storage, made from the image cache's snapshot when there is one."""
+    volume = {"volumeType": "gp3", "deleteOnTermination": True}
+    sized = {**volume, "volumeSize": f"{pool.disk_size_gib}Gi"}
+    if not args.ami_alias.startswith("bottlerocket@"):
+        return [{"deviceName": "/dev/xvda", "ebs": {**sized, "encrypted": True}}]
+    # A volume made from a snapshot takes the snapshot's encryption: EC2 refuses a value here.
+    data = (
+        {**sized, "snapshotID": args.image_cache_snapshot}
+        if args.image_cache_snapshot
+        else {**sized, "encrypted": True}
+    )
+    return [
+        {"deviceName": "/dev/xvda", "ebs": {**volume, "volumeSize": "4Gi", "encrypted": True}},
+        {"deviceName": "/dev/xvdb", "ebs": data},
+    ]
+
+
 def ec2_node_class(args: KarpenterArgs, pool: ClassPool) -> dict:
     return {
         "apiVersion": NODE_CLASS_API,
@@ -398,17 +425,7 @@ def ec2_node_class(args: KarpenterArgs, pool: ClassPool) -> dict:
                 "httpPutResponseHopLimit": 1,
                 "httpTokens": "required",
             },
-            "blockDeviceMappings": [
-                {
-                    "deviceName": "/dev/xvda",
-                    "ebs": {
-                        "volumeSize": f"{pool.disk_size_gib}Gi",
-                        "volumeType": "gp3",
-                        "encrypted": True,
-                        "deleteOnTermination": True,
-                    },
-                }
-            ],
+            "blockDeviceMappings": block_devices(args, pool),
             # Local NVMe, where the type has it, becomes the node's ephemeral storage: the
             # runtime's local staging tier (/scratch) lives there.
             "instanceStorePolicy": "RAID0",

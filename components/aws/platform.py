@@ -12,6 +12,7 @@ import pulumi_aws as aws
 
 from components.aws.addons import NODE_ADDONS, ClusterAddons, ClusterAddonsArgs
 from components.aws.cluster import Cluster, ClusterArgs
+from components.aws.drill import SpotDrill, SpotDrillArgs
 from components.aws.iam import (
     NodeRole,
     NodeRoleArgs,
@@ -199,6 +200,7 @@ def build_aws(settings: StackConfig) -> Platform:
         security_group_ids=cluster.node_security_group_ids,
         pools=tuple(class_pools(settings)),
         ami_alias=aws_config.gpu_ami.alias,
+        image_cache_snapshot=aws_config.gpu_ami.image_cache_snapshot,
         notice_seconds=settings.kubernetes.notice_for("aws"),
         tags={c: cost_tags(settings.cost_tags, env, capacity=c) for c in CAPACITIES},
         controller_node_labels=stable.spec.labels,
@@ -231,6 +233,21 @@ def build_aws(settings: StackConfig) -> Platform:
         ),
         opts=opts,
     )
+    if aws_config.spot_drill is not None:
+        drill = aws_config.spot_drill
+        (pool,) = [
+            p
+            for p in class_pools(settings)
+            if p.gpu_class == drill.gpu_class and p.capacity == "spot"
+        ]
+        spot_drill = SpotDrill(
+            f"{env}-spot-drill",
+            SpotDrillArgs(
+                cluster_name=cluster.name, pool_name=pool.name, percent=drill.percent, tags=tags
+            ),
+            opts=opts,
+        )
+        pulumi.export("spot_drill_template_id", spot_drill.template_id)
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("kubeconfig", cluster.kubeconfig)
     pulumi.export("checkpoint_bucket", bucket.bucket)

@@ -77,6 +77,7 @@ class GkeBufferPoolArgs:
     scheduler_account_id: str
     resizer_role_id: str
     labels: dict[str, str] = field(default_factory=dict)
+    image_streaming: bool = False  # GKE image streaming (class_node_settings)
 
     def __post_init__(self) -> None:
         spec, machine = self.spec, self.machine
@@ -128,6 +129,7 @@ class GkeBufferPool(pulumi.ComponentResource):
             (),
             args.labels,
             args.node_service_account,
+            args.image_streaming,
         )
         pool = gcp.container.NodePool(
             f"{name}-nodes",

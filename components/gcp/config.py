@@ -421,6 +421,12 @@ class GcpConfig(Model):
         "(ComputeClass activeMigration): an eviction the runtime handles as a notice. False: "
         "back to spot only at the next restart, as on EKS.",
     )
+    image_streaming: bool = Field(
+        default=False,
+        description="Opt-in GKE image streaming on the GPU pools (class and buffer): a new "
+        "node starts the trainer while its image's data streams from Artifact Registry, "
+        "instead of after a full pull (docs/deploy-gcp.md).",
+    )
     checkpoint_storage: GcsCheckpointStorage = Field(default_factory=GcsCheckpointStorage)
     spot_gpu_quota: dict[str, PositiveInt] = Field(
         default_factory=dict,

@@ -17,6 +17,9 @@ import pulumi_gcp as gcp
 
 # What GKE nodes need (logs, metrics, autoscaler signals) plus pulling images.
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
+# With image streaming, GKE asks a node account other than the default for this role in the
+# image's project (GKE's image streaming requirements).
+IMAGE_STREAMING_ROLE = "roles/serviceusage.serviceUsageConsumer"
 # Project roles of each platform group. ml-engineer and log-reader get cluster credentials only
 # (container.clusterViewer); what they may do inside is RBAC in the team namespaces.
 GROUP_ROLES = {
@@ -81,6 +84,11 @@ def role_id(title: str, env: str) -> str:
 class NodeServiceAccountArgs:
     project: str
     account_id: str
+    image_streaming: bool = False
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (*NODE_ROLES, *([IMAGE_STREAMING_ROLE] if self.image_streaming else []))
 
     def __post_init__(self) -> None:
         check_account_id(self.account_id, "NodeServiceAccountArgs.account_id")
@@ -103,7 +111,7 @@ class NodeServiceAccount(pulumi.ComponentResource):
             display_name="GKE nodes of the spot training platform",
             opts=child,
         )
-        for role in NODE_ROLES:
+        for role in args.roles:
             gcp.projects.IAMMember(
                 f"{name}-{_short(role)}",
                 project=args.project,

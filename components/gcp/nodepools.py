@@ -81,10 +81,12 @@ def class_node_settings(
     taints: tuple[Taint, ...],
     resource_labels: dict[str, str],
     service_account: pulumi.Input[str],
+    image_streaming: bool = False,
 ) -> dict:
     """The `node_config` of a pool that may be GPU class capacity. With a class, it carries the
     label and taint of the class's ComputeClass (which uses only such pools), and names its
-    GPUs."""
+    GPUs; with image streaming, its images from Artifact Registry start before they are pulled
+    (GKE requires COS_CONTAINERD nodes for it, which node_settings always sets)."""
     if gpu_class is None:
         return node_settings(
             machine.name, spot, disk_size_gib, node_labels, taints, resource_labels, service_account
@@ -107,6 +109,8 @@ def class_node_settings(
             "gpu_driver_installation_config": {"gpu_driver_version": GKE_GPU_DRIVER_VERSION},
         }
     ]
+    if image_streaming:
+        node_config["gcfs_config"] = {"enabled": True}
     return node_config
 
 
@@ -196,6 +200,7 @@ class GkeClassPoolArgs:
     # The kubelet's graceful shutdown on Spot nodes; None on on-demand pools.
     shutdown: ShutdownGrace | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    image_streaming: bool = False  # GKE image streaming (class_node_settings)
 
     def __post_init__(self) -> None:
         pool, machine = self.pool, self.machine
@@ -247,6 +252,7 @@ class GkeClassPool(pulumi.ComponentResource):
             pool.taints,
             args.labels,
             args.service_account,
+            args.image_streaming,
         )
         if args.shutdown is not None:
             node_config["kubelet_config"] = {

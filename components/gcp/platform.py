@@ -51,6 +51,7 @@ from components.gcp.observability import Observability, ObservabilityArgs
 from components.gcp.quotas import SpotGpuQuotas, SpotGpuQuotasArgs, all_regions_needs
 from components.gcp.registry import ImageRepository, ImageRepositoryArgs
 from components.gcp.services import (
+    IMAGE_STREAMING_API,
     PLATFORM_APIS,
     SCHEDULER_API,
     ProjectServices,
@@ -86,7 +87,11 @@ def build_gcp(settings: StackConfig) -> Platform:
         f"{env}-apis",
         ProjectServicesArgs(
             project=project,
-            services=(*PLATFORM_APIS, *([SCHEDULER_API] if gcp_config.buffer_pool else [])),
+            services=(
+                *PLATFORM_APIS,
+                *([SCHEDULER_API] if gcp_config.buffer_pool else []),
+                *([IMAGE_STREAMING_API] if gcp_config.image_streaming else []),
+            ),
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
@@ -94,7 +99,11 @@ def build_gcp(settings: StackConfig) -> Platform:
 
     nodes = NodeServiceAccount(
         f"{env}-nodes",
-        NodeServiceAccountArgs(project=project, account_id=account_id(env, "gke-nodes")),
+        NodeServiceAccountArgs(
+            project=project,
+            account_id=account_id(env, "gke-nodes"),
+            image_streaming=gcp_config.image_streaming,
+        ),
         opts=opts,
     )
     cluster = Cluster(
@@ -147,6 +156,7 @@ def build_gcp(settings: StackConfig) -> Platform:
                 service_account=nodes.email,
                 shutdown=gcp_config.spot_shutdown if pool.capacity == "spot" else None,
                 labels=cost_tags(settings.cost_tags, env, capacity=pool.capacity),
+                image_streaming=gcp_config.image_streaming,
             ),
             opts=opts,
         )
@@ -173,6 +183,7 @@ def build_gcp(settings: StackConfig) -> Platform:
                 scheduler_account_id=account_id(env, "buffer-scheduler"),
                 resizer_role_id=role_id("BufferResizer", env),
                 labels=cost_tags(settings.cost_tags, env, capacity="on-demand"),
+                image_streaming=gcp_config.image_streaming,
             ),
             opts=opts,
         )

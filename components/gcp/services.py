@@ -31,6 +31,8 @@ PLATFORM_APIS = (
 )
 # Only with a buffer pool: its Cloud Scheduler jobs.
 SCHEDULER_API = "cloudscheduler.googleapis.com"
+# Only with image streaming: GKE's requirement for it (the Container File System API).
+IMAGE_STREAMING_API = "containerfilesystem.googleapis.com"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Alert rules as a PrometheusRule, and the PodMonitor that scrapes the training runtime.
 
 The rules are the promtool-tested file `rules/spot-training.rules.yaml`; each alert's
-`runbook_url` there is a repository path, deployed under the stack's runbook base URL.
+`runbook_url` there is a repository path, deployed under the stack's runbook base URL. A first
+group records the stack's GPU-hour prices, which the file's cost rules read (prices.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class AlertRulesArgs:
     namespace: str
     runbook_base_url: str
     team_namespaces: tuple[str, ...]
+    # The price recordings (prices.price_group), evaluated before the file's groups.
+    price_group: dict
 
 
 class AlertRules(pulumi.ComponentResource):
@@ -50,7 +53,7 @@ class AlertRules(pulumi.ComponentResource):
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
             metadata={"name": "spot-training", "namespace": args.namespace, "labels": labels},
-            spec={"groups": alert_groups(args.runbook_base_url)},
+            spec={"groups": [args.price_group, *alert_groups(args.runbook_base_url)]},
             opts=child,
         )
         k8s.apiextensions.CustomResource(

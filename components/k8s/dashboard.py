@@ -54,6 +54,75 @@ def _panel(
     }
 
 
+def _over_range(record: str, by: str) -> str:
+    """The sum of an hourly cost recording over the dashboard's range, one hour at a time."""
+    return f"sum by ({by}) (sum_over_time({record}[$__range:1h]))"
+
+
+def _cost_panels() -> list[dict]:
+    """Each team's bill at the stack's GPU-hour prices (docs/goodput.md): what it holds, by
+    class and capacity type, and what that time went to; the idle GPUs no team holds."""
+    team = "namespace_gpu_class_capacity_type:spot_training"
+    by_cause = "namespace_gpu_class_capacity_type_cause:spot_training"
+    node_bill = _over_range(
+        "gpu_class_capacity_type:spot_training_node_cost_usd:sum1h", "label_gpu_class"
+    )
+    held = _over_range(f"{team}_cost_usd:sum1h", "label_gpu_class")
+    return [
+        _panel(
+            "GPU-hours per team, class and capacity type (each hour)",
+            [
+                (
+                    f"{team}_gpu_hours:sum1h",
+                    "{{namespace}} {{label_gpu_class}} {{label_capacity_type}}",
+                )
+            ],
+            "short",
+            0,
+            40,
+        ),
+        _panel(
+            "Cost per team, class and capacity type (over the time range)",
+            [
+                (
+                    _over_range(
+                        f"{team}_cost_usd:sum1h", "namespace, label_gpu_class, label_capacity_type"
+                    ),
+                    "{{namespace}} {{label_gpu_class}} {{label_capacity_type}}",
+                )
+            ],
+            "currencyUSD",
+            12,
+            40,
+            kind="bargauge",
+        ),
+        _panel(
+            "Cost per team by what the GPUs did: goodput and badput by cause (over the time range)",
+            [
+                (
+                    _over_range(f"{by_cause}_cost_usd:sum1h", "namespace, cause"),
+                    "{{namespace}} {{cause}}",
+                )
+            ],
+            "currencyUSD",
+            0,
+            48,
+            kind="bargauge",
+        ),
+        _panel(
+            "Idle GPUs' cost: the nodes' bill less what teams hold (over the time range)",
+            [
+                # A class no team held is idle in full.
+                (f"{node_bill} - {held} or {node_bill}", "{{label_gpu_class}}")
+            ],
+            "currencyUSD",
+            12,
+            48,
+            kind="bargauge",
+        ),
+    ]
+
+
 def dashboard(args: DashboardArgs) -> dict:
     """The dashboard model (Grafana schema 39)."""
     saving = round(args.on_demand_gpu_hour_usd - args.spot_gpu_hour_usd, 6)
@@ -173,6 +242,7 @@ def dashboard(args: DashboardArgs) -> dict:
             12,
             32,
         ),
+        *_cost_panels(),
     ]
     return {
         "uid": UID,

@@ -35,6 +35,7 @@ from components.k8s.monitoring import NAMESPACE as MONITORING
 from components.k8s.monitoring import MonitoringStack, MonitoringStackArgs
 from components.k8s.namespaces import TeamNamespace, TeamNamespaceArgs
 from components.k8s.placement import STABLE, class_placement
+from components.k8s.prices import price_group
 from components.k8s.priorities import Priorities, PrioritiesArgs
 from components.k8s.rendezvous import RendezvousStore, RendezvousStoreArgs
 from components.k8s.templates import JobTemplates, JobTemplatesArgs
@@ -216,6 +217,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 namespace=MONITORING,
                 runbook_base_url=config.alerts.runbook_base_url,
                 team_namespaces=tuple(team.namespace for team in config.teams),
+                price_group=price_group(s.monitoring, (c.name for c in config.gpu_classes)),
             ),
             after_crds,
         )

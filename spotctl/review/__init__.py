@@ -1,7 +1,8 @@
 """`spotctl review`: the quarterly review, offline. Per stack the policy pack's verdict and each
 threshold beside the stack's value; the waivers and their expiry; every pinned version with its
-end of support; runbook freshness and alert <-> runbook coverage; the quarter's drill reports; and
-a verdict per GPU class from the provider's spot interruption bands.
+end of support; runbook freshness and alert <-> runbook coverage; the quarter's drill reports; each
+team's cost and its lost work's; and a verdict per GPU class from the provider's spot interruption
+bands.
 
 Writes DIR/review.html (self-contained), DIR/review.md and DIR/review.json. Exit status: 3 on a
 mandatory problem (an expired waiver, a version past its end of support, a mandatory policy
@@ -38,6 +39,14 @@ def command(
         Path | None,
         typer.Option(
             "--drill-reports", help="Directory of the quarter's `spotctl drill --json` reports."
+        ),
+    ] = None,
+    costs: Annotated[
+        Path | None,
+        typer.Option(
+            "--costs",
+            help="The quarter's cost per team: Prometheus's JSON answer to the query in "
+            "docs/goodput.md.",
         ),
     ] = None,
     policy_pack: Annotated[
@@ -82,6 +91,7 @@ def command(
             pack=policy_pack or REPO / "policies",
             policy_config=policy_pack_config,
             drill_reports=drill_reports,
+            costs=costs,
             provider_data=provider_data,
         )
     except (ReviewError, PolicyPackError, PreviewError) as exc:

@@ -20,6 +20,7 @@ import yaml
 
 from spotctl.policy_analyzer import check_preview
 from spotctl.preview import PreviewResource, preview_program
+from spotctl.review.costs import CostsError, team_costs
 from spotctl.review.headroom import headroom
 from spotctl.runbooks import all_runbooks
 
@@ -408,6 +409,17 @@ def _pool_verdict(by_type: dict[str, str | None], bands: list[str]) -> str:
     return "keep"
 
 
+def review_costs(review: Review, path: Path | None) -> None:
+    """Each team's cost for the quarter and its lost work's, from the cluster's recordings."""
+    if path is None:
+        review.flags.append("no cost report given (--costs)")
+        return
+    try:
+        review.sections["costs"] = team_costs(path)
+    except CostsError as exc:
+        raise ReviewError(str(exc)) from None
+
+
 def collect(
     *,
     day: date,
@@ -416,6 +428,7 @@ def collect(
     pack: Path = REPO / "policies",
     policy_config: Path | None = None,
     drill_reports: Path | None = None,
+    costs: Path | None = None,
     provider_data: Path | None = None,
     previews: dict[str, list[PreviewResource]] | None = None,
 ) -> Review:
@@ -431,5 +444,6 @@ def collect(
     review_versions(review)
     review_runbooks(review, previews)
     review_drills(review, drill_reports)
+    review_costs(review, costs)
     review_provider_data(review, provider_data or pack / "provider-data.yaml", program, names)
     return review

@@ -44,6 +44,18 @@ TABLES = (
         ),
     ),
     (
+        "Cost per team (USD; goodput and badput from the runtime's ledger)",
+        ("costs",),
+        (
+            "team",
+            "paid_usd",
+            "goodput_usd",
+            "lost_work_usd",
+            "other_badput_usd",
+            "lost_work_share",
+        ),
+    ),
+    (
         "Spot interruption bands per GPU class",
         ("provider_data", "pools"),
         ("stack", "pool", "region", "bands", "verdict"),

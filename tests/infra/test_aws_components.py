@@ -753,3 +753,43 @@ def test_karpenter_controller_identity(prod: Preview):
         "EC2_LINUX",
         node_role.outputs["arn"],
     )
+
+
+def test_the_cloud_drill_interrupts_a_share_of_one_class_spot_nodes_and_nothing_else(
+    prod: Preview, stack_preview
+):
+    """AWS FIS (actions reference, `aws:ec2:send-spot-instance-interruptions`; the EC2 spot
+    workshop's template): spot instances found by Karpenter's tags, PERCENT(n) of the running
+    ones, a two-minute notice; the role may interrupt only instances with both tags."""
+    drill = PROD.aws.spot_drill
+    template = prod.one("aws:fis/experimentTemplate:ExperimentTemplate")
+    (target,) = template.inputs["targets"]
+    assert target["resourceType"] == "aws:ec2:spot-instance"
+    assert target["selectionMode"] == f"PERCENT({drill.percent})"
+    assert target["filters"] == [{"path": "State.Name", "values": ["running"]}]
+    tags = {t["key"]: t["value"] for t in target["resourceTags"]}
+    cluster = PROD.aws.cluster.create.name
+    assert tags == {
+        "karpenter.sh/nodepool": f"{drill.gpu_class}-spot",
+        "eks:eks-cluster-name": cluster,
+    }
+    (action,) = template.inputs["actions"]
+    assert action["actionId"] == "aws:ec2:send-spot-instance-interruptions"
+    assert action["parameters"] == [{"key": "durationBeforeInterruption", "value": "PT2M"}]
+    assert action["target"] == {"key": "SpotInstances", "value": target["name"]}
+    assert template.inputs["stopConditions"] == [{"source": "none"}]
+    parts = prod.children(prod.one("spot:aws:SpotDrill"))
+    (role,) = [r for r in parts if r.type == "aws:iam/role:Role"]
+    (policy,) = [r for r in parts if r.type == "aws:iam/rolePolicy:RolePolicy"]
+    assert template in parts
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "fis.amazonaws.com"}]
+    statements = {s["Sid"]: s for s in json.loads(policy.inputs["policy"])["Statement"]}
+    assert statements["ResolveTargets"]["Action"] == "ec2:DescribeInstances"
+    interrupt = statements["InterruptThisPool"]
+    assert interrupt["Action"] == "ec2:SendSpotInstanceInterruptions"
+    assert interrupt["Condition"]["StringEquals"] == {
+        f"aws:ResourceTag/{key}": value for key, value in tags.items()
+    }
+    # Opt-in: a stack without spot_drill has no template.
+    assert stack_preview("dev").of_type("aws:fis/experimentTemplate:ExperimentTemplate") == []

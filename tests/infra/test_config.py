@@ -271,6 +271,36 @@ def test_cli_reports_unknown_stack(tmp_path):
             "aws.cluster.create.version",
             "has no pinned add-on versions in components/versions.py (pinned: 1.35)",
         ),
+        (
+            ["aws", "gpu_ami", "image_cache_snapshot"],
+            "snap-0123456789abcdef0",
+            "aws.gpu_ami",
+            "image_cache_snapshot needs a bottlerocket alias, not 'al2023@",
+        ),
+        (
+            ["aws", "spot_drill", "gpu_class"],
+            "a100-40gb",
+            "aws",
+            "spot_drill.gpu_class: 'a100-40gb' is not a GPU class of the stack",
+        ),
+        (
+            ["aws", "spot_drill", "percent"],
+            0,
+            "aws.spot_drill.percent",
+            "greater than or equal to 1",
+        ),
+        (
+            ["kubernetes", "monitoring", "class_prices"],
+            {"a100-40gb": {"on_demand": 4.1, "spot": 1.5}},
+            "kubernetes",
+            "monitoring.class_prices: ['a100-40gb'] are not GPU classes of the stack",
+        ),
+        (
+            ["kubernetes", "monitoring", "class_prices", "h100-80gb", "spot"],
+            9.5,
+            "kubernetes.monitoring.class_prices.h100-80gb",
+            "spot 9.5 must not exceed on_demand 6.88",
+        ),
     ],
 )
 def test_each_hole_is_one_error_naming_its_field(path, value, field, expected):

@@ -215,7 +215,12 @@ def test_stable_pool_is_on_demand_untainted_and_locked_down(prod: Preview):
         for m in prod.of_type("gcp:projects/iAMMember:IAMMember")
         if m.inputs["member"] == nodes_account.outputs["member"]
     }
-    assert roles == {"roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader"}
+    # gcp-prod streams images: GKE asks a custom node account for Service Usage Consumer then.
+    assert roles == {
+        "roles/container.defaultNodeServiceAccount",
+        "roles/artifactregistry.reader",
+        "roles/serviceusage.serviceUsageConsumer",
+    }
 
 
 @pytest.mark.parametrize("capacity", ["spot", "on-demand"])
@@ -275,6 +280,30 @@ def test_every_machine_type_of_every_class_has_a_pool_per_capacity(prod: Preview
         for machine in c.instance_types
     }
     assert expected <= names
+
+
+def test_image_streaming_is_opt_in_per_stack(prod: Preview, dev: Preview):
+    """GKE's image streaming requirements (cloud.google.com/kubernetes-engine/docs/how-to/
+    image-streaming): GCFS on the pool's COS_CONTAINERD nodes, the Container File System API, and
+    Service Usage Consumer for a node account other than the default."""
+    assert PROD.gcp.image_streaming and not DEV.gcp.image_streaming
+    for preview, streams in ((prod, True), (dev, False)):
+        # The class pools and the buffer's GPU machines (gcp-prod's buffer is of class l4-24gb).
+        class_pools_of = [
+            p.inputs["nodeConfig"]
+            for p in preview.of_type("gcp:container/nodePool:NodePool")
+            if GPU_CLASS_LABEL in p.inputs["nodeConfig"]["labels"]
+        ]
+        assert class_pools_of
+        for node in class_pools_of:
+            assert node["imageType"] == "COS_CONTAINERD"
+            assert ("gcfsConfig" in node) is streams
+            if streams:
+                assert node["gcfsConfig"] == {"enabled": True}
+        apis = {s.inputs["service"] for s in preview.of_type("gcp:projects/service:Service")}
+        assert ("containerfilesystem.googleapis.com" in apis) is streams
+        roles = {m.inputs["role"] for m in preview.of_type("gcp:projects/iAMMember:IAMMember")}
+        assert ("roles/serviceusage.serviceUsageConsumer" in roles) is streams
 
 
 CLASS_POOL = dict(

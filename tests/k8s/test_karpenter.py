@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from stack_files import STACKS, stack_values
 
-from components.aws.karpenter import KarpenterArgs
+from components.aws.karpenter import KarpenterArgs, block_devices
 from components.capacity import allocatable
 from components.catalog import catalog
 from components.config import load_config
 from components.pools import class_pools
-from spotctl.render import Rendered, render
+from spotctl.render import Rendered, render, validate
 
 PROD = load_config(stack_values("prod"))
 
@@ -171,6 +171,78 @@ def test_karpenter_args_refuse_an_unpinned_ami() -> None:
             pools=tuple(class_pools(PROD)),
             ami_alias="al2023@latest",
             notice_seconds=120,
+        )
+
+
+def bottlerocket_node_class(snapshot: str | None) -> dict:
+    """An EC2NodeClass of the prod stack's first class on Bottlerocket, with the component's
+    block devices (the selector terms, Outputs in the component, given plainly here)."""
+    args = KarpenterArgs(
+        cluster_name="c",
+        region="us-west-2",
+        interruption_queue_name="q",
+        node_role_name="r",
+        subnet_ids=["subnet-1"],
+        security_group_ids=["sg-1"],
+        pools=tuple(class_pools(PROD)),
+        ami_alias="bottlerocket@v1.40.0",
+        notice_seconds=120,
+        image_cache_snapshot=snapshot,
+    )
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": args.pools[0].name},
+        "spec": {
+            "role": args.node_role_name,
+            "amiSelectorTerms": [{"alias": args.ami_alias}],
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "blockDeviceMappings": block_devices(args, args.pools[0]),
+        },
+    }
+
+
+@pytest.mark.parametrize("snapshot", [None, "snap-0123456789abcdef0"])
+def test_bottlerocket_nodes_keep_images_on_a_data_volume_the_cache_fills(
+    snapshot, shared_schemas
+) -> None:
+    """Karpenter's Bottlerocket layout (its NodeClasses docs): a 4 GiB OS volume, /dev/xvda, and
+    the data volume, /dev/xvdb, that holds containerd's images. The EC2NodeClass CRD of
+    karpenter-v1.14.1 (schema and CEL rules) must admit it."""
+    node_class = bottlerocket_node_class(snapshot)
+    os_volume, data = node_class["spec"]["blockDeviceMappings"]
+    assert os_volume == {
+        "deviceName": "/dev/xvda",
+        "ebs": {
+            "volumeType": "gp3",
+            "deleteOnTermination": True,
+            "volumeSize": "4Gi",
+            "encrypted": True,
+        },
+    }
+    assert data["deviceName"] == "/dev/xvdb"
+    assert data["ebs"]["volumeSize"] == f"{class_pools(PROD)[0].disk_size_gib}Gi"
+    # A volume from a snapshot takes the snapshot's encryption; EC2 refuses a value for it.
+    assert data["ebs"].get("snapshotID") == snapshot
+    assert ("encrypted" in data["ebs"]) is (snapshot is None)
+    problems, _ = validate([node_class], "1.35", [shared_schemas / "karpenter-v1.14.1"])
+    assert problems == []
+
+
+def test_the_image_cache_needs_bottlerocket() -> None:
+    with pytest.raises(ValueError, match="needs a bottlerocket AMI alias, not 'al2023@v1'"):
+        KarpenterArgs(
+            cluster_name="c",
+            region="us-west-2",
+            interruption_queue_name="q",
+            node_role_name="r",
+            subnet_ids=[],
+            security_group_ids=[],
+            pools=tuple(class_pools(PROD)),
+            ami_alias="al2023@v1",
+            notice_seconds=120,
+            image_cache_snapshot="snap-0123456789abcdef0",
         )
 
 

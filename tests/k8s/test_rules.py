@@ -113,3 +113,77 @@ def test_dashboard_reads_only_series_the_rules_record() -> None:
     used = set(re.findall(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", panels))
     assert "namespace_run:spot_training_goodput:ratio6h" in used
     assert used <= recorded, f"not recorded by the rules: {sorted(used - recorded)}"
+
+
+def test_deployed_rules_price_every_class_and_capacity_first(prod_render, tmp_path) -> None:
+    """The PrometheusRule holds the stack's GPU-hour prices as the first group, one series per
+    class and capacity type, and Prometheus accepts the whole deployed spec."""
+    from stack_files import stack_values
+
+    from components.config import load_config
+    from components.k8s.prices import PRICE_RECORD
+
+    config = load_config(stack_values("prod"))
+    (rule,) = [o for o in prod_render[0].all_objects() if o["kind"] == "PrometheusRule"]
+    groups = rule["spec"]["groups"]
+    prices = groups[0]["rules"]
+    assert groups[0]["name"] == "spot-training-prices"
+    monitoring = config.kubernetes.monitoring
+    expected = {
+        (c.name, capacity): getattr(monitoring.prices_of(c.name), attribute)
+        for c in config.gpu_classes
+        for capacity, attribute in (("spot", "spot"), ("on-demand", "on_demand"))
+    }
+    assert {
+        (r["labels"]["label_gpu_class"], r["labels"]["label_capacity_type"]): float(
+            r["expr"].removeprefix("vector(").removesuffix(")")
+        )
+        for r in prices
+        if r["record"] == PRICE_RECORD
+    } == expected
+    # The cost rules read what the price group records.
+    assert PRICE_RECORD in RULES_FILE.read_text()
+    deployed = tmp_path / "deployed.rules.yaml"
+    deployed.write_text(yaml.safe_dump({"groups": groups}))
+    result = promtool("check", "rules", str(deployed))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_reviews_quarter_query_sums_the_cost_recordings(tmp_path) -> None:
+    """`spotctl review --costs` reads Prometheus's answer to quarter_query: evaluated by promtool
+    on the cost case of the unit tests, it gives each team's "paid" total and its causes."""
+    from spotctl.review.costs import quarter_query
+
+    document = yaml.safe_load(TESTS_FILE.read_text())
+    (case,) = [
+        c
+        for c in document["tests"]
+        if any("spot_training_gpu_hour_usd:price" in s["series"] for s in c["input_series"])
+    ]
+    query = quarter_query(days=1)
+
+    def sample(team: str, cause: str, usd: float) -> dict:
+        return {"labels": f'{{namespace="{team}", cause="{cause}"}}', "value": usd}
+
+    case["promql_expr_test"] = [
+        {
+            "expr": query,
+            "eval_time": "120m",
+            "exp_samples": [
+                sample("vision", "paid", 4.1),
+                sample("language", "paid", 11.9),
+                sample("vision", "goodput", 3.3333333333333335),
+                sample("vision", "lost_work", 0.4166666666666667),
+                sample("language", "goodput", 7),
+            ],
+        }
+    ]
+    case.pop("alert_rule_test", None)
+    tests = tmp_path / "quarter.test.yaml"
+    tests.write_text(
+        yaml.safe_dump(
+            {"rule_files": [str(RULES_FILE)], "evaluation_interval": "1m", "tests": [case]}
+        )
+    )
+    result = promtool("test", "rules", str(tests))
+    assert result.returncode == 0, result.stdout + result.stderr

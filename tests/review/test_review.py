@@ -23,6 +23,7 @@ from spotctl.review.collect import (
     ami_release,
     collect,
     pinned_versions,
+    review_costs,
     review_drills,
     review_provider_data,
     review_runbooks,
@@ -31,6 +32,7 @@ from spotctl.review.collect import (
 )
 
 DRILLS = Path(__file__).parent / "drills"
+COSTS = Path(__file__).parent / "costs" / "2026Q4-costs.json"
 DAY = date(2026, 11, 30)
 CHROMIUM_FLAGS = (
     "--headless",
@@ -55,7 +57,16 @@ def spotctl_review(*args: str) -> subprocess.CompletedProcess:
 def reviewed(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("review")
     result = spotctl_review(
-        "--out", str(out), "--quarter", "2026Q4", "--date", str(DAY), "--drill-reports", str(DRILLS)
+        "--out",
+        str(out),
+        "--quarter",
+        "2026Q4",
+        "--date",
+        str(DAY),
+        "--drill-reports",
+        str(DRILLS),
+        "--costs",
+        str(COSTS),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return out
@@ -78,7 +89,15 @@ def test_the_review_writes_json_markdown_and_html(reviewed):
     assert {v["component"] for v in document["versions"]} >= {"kubernetes", "kueue", "torch"}
     # New clusters start in standard support: no Kubernetes pin is past it.
     assert not [f for f in document["flags"] + document["mandatory"] if "extended support" in f]
+    # Each team's quarter: what it paid, and what its lost work cost.
+    costs = {row["team"]: row for row in document["costs"]}
+    assert costs["vision"]["paid_usd"] == 41230 and costs["vision"]["lost_work_usd"] == 1650
+    assert costs["vision"]["other_badput_usd"] == 1300  # restore and pod start
+    assert costs["vision"]["lost_work_share"] == pytest.approx(1650 / 41230.4)
+    assert costs["language"]["lost_work_usd"] == 0 and costs["language"]["goodput_usd"] == 11904
+    assert "no cost report given (--costs)" not in document["flags"]
     text = (reviewed / "review.md").read_text()
+    assert "| vision | 41230 | 35120 | 1650 | 1300 | 0.04 |" in text
     assert "## Stack prod: thresholds and headroom" in text and "| 2026-11-02-drill.json |" in text
     page = (reviewed / "review.html").read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page), "the page fetches something"
@@ -269,13 +288,56 @@ def test_a_drill_report_that_is_not_one_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("answer", "complaint"),
+    [
+        ("[]", 'not a successful Prometheus answer ("status": "success")'),
+        (
+            '{"status": "success", "data": {"resultType": "matrix", "result": []}}',
+            'data.resultType is not "vector": save an instant query',
+        ),
+        (
+            '{"status": "success", "data": {"resultType": "vector", "result": '
+            '[{"metric": {"namespace": "vision"}, "value": [0, "1"]}]}}',
+            "data.result[0]: not a sample with namespace and cause ('cause')",
+        ),
+        (
+            '{"status": "success", "data": {"resultType": "vector", "result": '
+            '[{"metric": {"namespace": "vision", "cause": "paid"}, "value": [0, "NaN"]}]}}',
+            "data.result[0]: cost 'NaN' is not a finite amount",
+        ),
+        (
+            '{"status": "success", "data": {"resultType": "vector", "result": '
+            '[{"metric": {"namespace": "vision", "cause": "lost_work"}, "value": [0, "3"]}]}}',
+            "team 'vision' has causes but no \"paid\" total",
+        ),
+    ],
+)
+def test_a_costs_file_that_is_not_the_quarters_answer_is_one_clear_line(
+    tmp_path, answer, complaint
+):
+    costs = tmp_path / "costs.json"
+    costs.write_text(answer)
+    with pytest.raises(ReviewError) as raised:
+        review_costs(Review("2026Q4", DAY), costs)
+    assert str(raised.value) == f"{costs}: {complaint}"
+
+
+@pytest.mark.parametrize(
     ("args", "complaint"),
     [
         (("--date", "30/11/2026"), "--date '30/11/2026': not a date (YYYY-MM-DD)"),
         (("--quarter", "2026-Q4"), "--quarter '2026-Q4': not a quarter"),
         (("--drill-reports", "/nonexistent"), "--drill-reports /nonexistent: not a directory"),
+        (("--costs", "/nonexistent.json"), "/nonexistent.json: not readable JSON"),
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path, args, complaint):
     result = spotctl_review("--out", str(tmp_path), *args)
     assert result.returncode == 2 and complaint in result.stderr, result.stderr
+
+
+def test_the_operations_guide_saves_the_answer_to_the_query_the_review_reads():
+    from spotctl.review.costs import quarter_query
+
+    guide = (REPO / "docs" / "operations.md").read_text()
+    assert f"query={quarter_query(92)}'" in guide  # 2026Q4 has 92 days
