@@ -20,7 +20,8 @@ from components.config import NOTICE_SECONDS
 from spotctl.drill.config import Prices
 from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
-from spotctl.plan.model import HOUR_S, SpotJob, planned_goodput
+from spotctl.plan.model import HOUR_S, SpotJob, expected, interval_s
+from spotctl.plan.report import CAUSE_INPUTS
 
 # AWS Spot Instance Advisor's "frequency of interruption": the share of a type's capacity
 # reclaimed over the trailing month. Each band is taken at its upper edge; ">20%" has none.
@@ -114,10 +115,12 @@ def scenario(i: Inputs) -> Scenario:
         save_s=save,
         restart_s=restart,
     )
-    if planned_goodput(job) < MIN_GOODPUT:
+    planned = expected(job, interval_s(job))
+    if planned.goodput < MIN_GOODPUT:
+        largest = max(planned.badput, key=planned.badput.get)
         raise PlanError(
-            "--interruptions-per-hour, --failures-per-hour: at these rates the job would take "
-            "over a million times its on-demand time"
+            f"the job would take over a million times its on-demand time, mostly in "
+            f"{largest.replace('_', ' ')}: {CAUSE_INPUTS[largest]}"
         )
     spot, on_demand, price_source = _prices(i)
     assumptions = {
@@ -319,6 +322,6 @@ def command(
     for part in report.tables(result):
         console.print(part)
     if json_path:
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        json_path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     if png:
         report.chart(planned, result, png)

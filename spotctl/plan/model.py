@@ -135,9 +135,12 @@ def cost_ratio(job: SpotJob, price_ratio: float) -> float:
 
 def breakeven_notice_rate(job: SpotJob, price_ratio: float) -> float:
     """The notice rate (per second) at which spot costs as much as on-demand: 0 when spot is
-    never cheaper. Cost grows with the rate, so a bisection (in log space) finds it."""
+    never cheaper, infinite when it is free. Cost grows with the rate, so a bisection (in log
+    space) finds it."""
     if price_ratio >= 1:
         return 0.0
+    if price_ratio == 0:
+        return math.inf
 
     def cheaper(rate: float) -> bool:
         return cost_ratio(replace(job, notice_rate=rate), price_ratio) < 1

@@ -28,7 +28,8 @@ CAUSE_INPUTS = {
     "lost_work": "failures without a notice (--failures-per-hour) and final saves that do not "
     "fit the notice (--save-s, --notice-s)",
     "final_saves": "the final save every notice waits for (--save-s, --state-gb)",
-    "restarts": "the restart after each interruption (--restart-s) at the interruption rate",
+    "restarts": "the restart after each interruption (--restart-s, --state-gb) at the "
+    "interruption rates (--interruptions-per-hour, --failures-per-hour)",
 }
 MAX_SHARDS = 1024
 
@@ -53,9 +54,9 @@ def build(s: Scenario) -> dict:
         "on_demand_hours": job.work_s / on_demand_goodput / HOUR_S,
         "expected_time_ratio": on_demand_goodput / spot.goodput,
         "expected_cost_ratio": cost_ratio(job, s.price_ratio),
-        "breakeven_interruptions_per_hour": breakeven_notice_rate(job, s.price_ratio)
-        * HOUR_S
-        / s.nodes,
+        "breakeven_interruptions_per_hour": _finite(
+            breakeven_notice_rate(job, s.price_ratio) * HOUR_S / s.nodes
+        ),
         "final_save_fits": job.final_save_fits,
         "final_save_s": job.save_s,
         "notice_s": job.notice_s,
@@ -140,7 +141,9 @@ def tables(result: dict) -> list:
         ("cost", f"x{result['expected_cost_ratio']:.3f} on-demand"),
         (
             "on-demand cheaper above",
-            f"{result['breakeven_interruptions_per_hour']:.3g} interruptions per node-hour",
+            "never: spot is free"
+            if result["breakeven_interruptions_per_hour"] is None
+            else f"{result['breakeven_interruptions_per_hour']:.3g} interruptions per node-hour",
         ),
         (
             "final save",

@@ -201,7 +201,12 @@ def test_a_drill_report_gives_final_save_and_restart(tmp_path: Path) -> None:
           "--save-s", "2"], "--save-s (2 s) must be at least the blocking part (9 s)"),
         (["--state-gb", "1", "--interruptions-per-hour", "1", "--nodes", "0"], "--nodes must"),
         (["--state-gb", "1", "--interruptions-per-hour", "1e6"],
-         "--interruptions-per-hour, --failures-per-hour:"),
+         "mostly in restarts: the restart after each interruption (--restart-s, --state-gb) at "
+         "the interruption rates (--interruptions-per-hour, --failures-per-hour)"),
+        (["--state-gb", "1e9", "--interruptions-per-hour", "0.05"],
+         "mostly in restarts: the restart after each interruption (--restart-s, --state-gb)"),
+        (["--state-gb", "1", "--interruptions-per-hour", "0.05", "--checkpoint-s", "1e9"],
+         "mostly in blocking saves: the snapshot each save blocks for (--checkpoint-s"),
         (["--interruptions-per-hour", "1"], "--state-gb is required"),
         (["--interruptions-per-hour", "1", "--from-bench", "missing.json"],
          "--from-bench missing.json: No such file"),
@@ -227,15 +232,42 @@ def test_bad_input_is_named_in_one_line(args: list[str], message: str) -> None:
         ('{"state_bytes": 1000, "save_s": 1, "blocked_s": 0.1, "restore_s": 1, '
          '"sweep": [{"state_bytes": 5}]}', "sweep[0].blocked_s must be a positive"),
         ('{"interruptions": [{"kind": "hard"}]}', "the drill report has no noticed preemption"),
+        # Python's json reads NaN; a cost must still be a finite number.
+        ('{"state_bytes": 1000, "save_s": 1, "blocked_s": NaN, "restore_s": 1}',
+         "blocked_s must be a positive number, not NaN"),
+        ('{"state_bytes": 1000, "save_s": 1, "blocked_s": 0.1, "restore_s": 1, "sweep": 5}',
+         "sweep must be a list of objects"),
+        ('{"interruptions": [{"kind": "notice", "notice_to_durable_s": "2", '
+         '"notice_to_resume_s": 9}]}',
+         'interruptions[0].notice_to_durable_s must be a positive number, not "2"'),
+        ('{"interruptions": [{"kind": "notice", "notice_to_durable_s": 5, '
+         '"notice_to_resume_s": 3}]}',
+         "interruptions[0].notice_to_resume_s (3 s) precedes its notice_to_durable_s (5 s)"),
     ],
 )  # fmt: skip
 def test_a_file_it_cannot_read_is_named(tmp_path: Path, document: str, message: str) -> None:
     path = tmp_path / "costs.json"
     path.write_text(document)
+    out = tmp_path / "plan.json"
     result = CliRunner().invoke(
         app,
         ["plan", "--cloud", "aws", "--step-s", "1", "--job-hours", "10", "--state-gb", "1",
-         "--interruptions-per-hour", "1", "--from-bench", str(path)],
+         "--interruptions-per-hour", "1", "--from-bench", str(path), "--json", str(out)],
     )  # fmt: skip
-    assert result.exit_code == 2
-    assert f"--from-bench {path}: {message}" in result.stderr
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"error: --from-bench {path}: {message}")
+    assert result.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_free_spot_keeps_the_json_strict(tmp_path: Path) -> None:
+    """Spot at no cost is never dearer than on-demand: the break-even is null, not Infinity,
+    which strict JSON readers refuse."""
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(
+        app, ["plan", *AWS_100GB, "--spot-price", "0", "--on-demand-price", "1", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text(), parse_constant=lambda name: pytest.fail(name))
+    assert report["breakeven_interruptions_per_hour"] is None
+    assert report["expected_cost_ratio"] == 0
+    assert "never: spot is free" in result.output
