@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from components.config import NOTICE_SECONDS
+from components.config import NOTICE_SECONDS, NoticeWindow
 from spotctl.drill.config import Prices
 from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
@@ -33,8 +33,10 @@ FAILURES_PER_NODE_HOUR = 419 / (54 * 24 * 2048)
 # Below this the plan's figures stop meaning anything: the job does not finish.
 MIN_GOODPUT = 1e-6
 NOTICE_SOURCES = {
-    "aws": "EC2 spot interruption notice, two minutes",
-    "gcp": "GKE graceful node shutdown: 30 s, 15 s of it for user pods by default",
+    "aws": "EC2 spot interruption notice, two minutes, less the 20 s the drain's SIGTERM may "
+    "lag it (EventBridge, SQS, Karpenter), as the runtime plans it",
+    "gcp": "GKE graceful node shutdown: 30 s, 15 s of it for user pods by default; the node "
+    "shuts its pods down itself, so no lag",
 }
 
 
@@ -67,6 +69,7 @@ class Inputs:
     failures_per_hour: float = FAILURES_PER_NODE_HOUR
     nodes: int = 1
     notice_s: float | None = None
+    notice_lag_s: float | None = None
     spot_price: float | None = None
     on_demand_price: float | None = None
     from_bench: Path | None = None
@@ -104,12 +107,21 @@ def scenario(i: Inputs) -> Scenario:
         raise PlanError(f"--save-s ({save:g} s) must be at least the blocking part ({blocked:g} s)")
     restart = i.restart_s if i.restart_s is not None else base.restart_s
     rate, rate_source = _interruption_rate(i)
-    notice_s = i.notice_s if i.notice_s is not None else NOTICE_SECONDS[i.cloud]
+    default = NoticeWindow.default(i.cloud)
+    window = NoticeWindow(
+        default.grace_s if i.notice_s is None else i.notice_s,
+        default.lag_s if i.notice_lag_s is None else i.notice_lag_s,
+    )
+    if window.final_save_s <= 0:
+        raise PlanError(
+            f"--notice-lag-s ({window.lag_s:g} s) leaves nothing of the {window.grace_s:g} s "
+            "notice for the final save"
+        )
     job = SpotJob(
         work_s=i.job_hours * HOUR_S,
         notice_rate=i.nodes * rate / HOUR_S,
         failure_rate=i.nodes * i.failures_per_hour / HOUR_S,
-        notice_s=notice_s,
+        notice_s=window.final_save_s,
         step_s=i.step_s,
         blocked_s=blocked,
         save_s=save,
@@ -125,8 +137,12 @@ def scenario(i: Inputs) -> Scenario:
     spot, on_demand, price_source = _prices(i)
     assumptions = {
         "cloud": i.cloud,
-        "notice_s": notice_s,
-        "notice_source": "--notice-s" if i.notice_s is not None else NOTICE_SOURCES[i.cloud],
+        "notice_s": window.grace_s,
+        "notice_lag_s": window.lag_s,
+        "final_save_window_s": window.final_save_s,
+        "notice_source": "--notice-s, --notice-lag-s"
+        if (i.notice_s, i.notice_lag_s) != (None, None)
+        else NOTICE_SOURCES[i.cloud],
         "step_s": i.step_s,
         "job_hours": i.job_hours,
         "nodes": i.nodes,
@@ -183,6 +199,7 @@ def _check(i: Inputs) -> None:
         "--failures-per-hour": i.failures_per_hour,
         "--spot-price": i.spot_price,
         "--restart-s": i.restart_s,
+        "--notice-lag-s": i.notice_lag_s,
     }
     for name, value in positive.items():
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -208,12 +225,16 @@ def _interruption_rate(i: Inputs) -> tuple[float, str]:
     if i.interruption_band is None:
         return i.interruptions_per_hour, "--interruptions-per-hour"
     share = BANDS[i.interruption_band]
-    rate = -math.log1p(-share) / HOURS_PER_MONTH
-    return rate, (
+    return band_rate(i.interruption_band), (
         f"--interruption-band {i.interruption_band}: {share:.0%} of nodes interrupted in a "
         f"month of {HOURS_PER_MONTH:g} h, -ln(1 - {share:g}) / {HOURS_PER_MONTH:g}"
         + (" (the band is open; 50 % assumed)" if i.interruption_band == ">20%" else "")
     )
+
+
+def band_rate(band: str) -> float:
+    """Interruptions per node-hour of an Advisor band: its share of nodes in a month."""
+    return -math.log1p(-BANDS[band]) / HOURS_PER_MONTH
 
 
 def _prices(i: Inputs) -> tuple[float, float, str]:
@@ -249,7 +270,15 @@ def command(
         float | None,
         typer.Option(
             help="Seconds a pod gets from the notice (default: the cloud's; 30 s is "
-            "Kubernetes's default grace period)."
+            "Kubernetes's default grace period; on GKE the Spot pool's shutdown grace for user "
+            "pods)."
+        ),
+    ] = None,
+    notice_lag_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the drain's SIGTERM may follow the notice; the final save has the "
+            "notice less this (default: AWS 20, GKE 0)."
         ),
     ] = None,
     spot_price: Annotated[float | None, typer.Option(help="USD per spot node-hour.")] = None,
@@ -297,6 +326,7 @@ def command(
         failures_per_hour=failures_per_hour,
         nodes=nodes,
         notice_s=notice_s,
+        notice_lag_s=notice_lag_s,
         spot_price=spot_price,
         on_demand_price=on_demand_price,
         from_bench=from_bench,
