@@ -352,7 +352,7 @@ def projection_table(projected: dict):
             band,
             f"{p['badput']:.1%} / {b['badput']:.1%}",
             f"{p['hours_to_model']:.1f} / {b['hours_to_model']:.1f}",
-            f"{p['interventions']:.0f} / {b['interventions']:.1f}",
+            f"{p['interventions']:.0f} / {b['interventions']:.2g}",
             f"{p['recovery_s'] / 60:.0f} / {b['recovery_s'] / 60:.0f} min",
         )
     table.caption = (
