@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, get_origin
+from typing import Annotated, Any, Literal, NamedTuple, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -544,6 +544,28 @@ NOTICE_SECONDS = {"aws": 120, "gcp": 15}
 # Karpenter's drain stand between them (Karpenter measures it as
 # karpenter_interruption_message_queue_duration_seconds); GKE's graceful shutdown is on the node.
 NOTICE_LAG_SECONDS = {"aws": 20, "gcp": 0}
+
+
+class NoticeWindow(NamedTuple):
+    """A spot pod's notice as the runtime gets it (SPOTSAFE_SIGTERM_GRACE_S and _LAG_S) and the
+    planner plans it: one source for both."""
+
+    grace_s: int
+    """From the cloud's notice until the pod is killed."""
+    lag_s: int
+    """How late the drain's SIGTERM may follow the cloud's notice."""
+
+    @classmethod
+    def default(cls, cloud: str) -> NoticeWindow:
+        """The cloud's defaults; on GKE the Spot pools' default shutdown grace for user pods."""
+        return cls(NOTICE_SECONDS[cloud], NOTICE_LAG_SECONDS[cloud])
+
+    @property
+    def final_save_s(self) -> int:
+        """What a final save has: the runtime's SIGTERM deadline is the grace less the lag."""
+        return self.grace_s - self.lag_s
+
+
 # The notice sources the runtime watches on each cloud. AWS: SIGTERM only, since EKS nodes keep
 # the IMDS hop limit at 1 and a pod cannot reach IMDS.
 NOTICE_SOURCES = {"aws": ("sigterm",), "gcp": ("sigterm", "gce")}
@@ -719,6 +741,17 @@ class StackConfig(Model):
     aws: AwsConfig | None = Field(default=None, validate_default=True)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     gcp: GcpConfig | None = Field(default=None, validate_default=True)
+
+    def notice_window(self) -> NoticeWindow:
+        """The spot pods' notice: kubernetes.notice_seconds, else the cloud's (on GKE what the
+        Spot pools' shutdown grace leaves user pods), less the drain's lag."""
+        kube = self.kubernetes
+        grace = kube.notice_seconds or (
+            self.gcp.spot_shutdown.user_pods_seconds
+            if self.cloud == "gcp" and self.gcp is not None
+            else NOTICE_SECONDS[self.cloud]
+        )
+        return NoticeWindow(grace, kube.notice_lag_for(self.cloud))
 
     def trusted_principals(self) -> list[tuple[str, str]]:
         """(config path, ARN) of every person the stack's AWS roles trust."""

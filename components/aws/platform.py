@@ -270,9 +270,9 @@ def build_aws(settings: StackConfig) -> Platform:
             )
             for team in settings.teams
         },
-        notice_seconds=settings.kubernetes.notice_for("aws"),
+        notice_seconds=settings.notice_window().grace_s,
         notice_sources=NOTICE_SOURCES["aws"],
-        notice_lag_seconds=settings.kubernetes.notice_lag_for("aws"),
+        notice_lag_seconds=settings.notice_window().lag_s,
         image_repository=repository.url,
         alert_receiver=sns_receiver(observability.topic_arn, settings.region),
         heartbeat_receiver=sns_receiver(observability.heartbeat_topic_arn, settings.region),

@@ -342,10 +342,9 @@ def build_gcp(settings: StackConfig) -> Platform:
             for team in settings.teams
         },
         # The Spot pools' graceful shutdown sets the budget; GKE's is on the node, so no lag.
-        notice_seconds=settings.kubernetes.notice_seconds
-        or gcp_config.spot_shutdown.user_pods_seconds,
+        notice_seconds=settings.notice_window().grace_s,
         notice_sources=NOTICE_SOURCES["gcp"],
-        notice_lag_seconds=settings.kubernetes.notice_lag_for("gcp"),
+        notice_lag_seconds=settings.notice_window().lag_s,
         image_repository=repository.url,
         alert_receiver={
             "email_configs": [

@@ -58,7 +58,8 @@ def command(
         float, typer.Option(help="USD per on-demand node-hour.")
     ] = Prices.on_demand,
     timeout_s: Annotated[
-        float, typer.Option(help="Give up on an arm after this many seconds.")
+        float,
+        typer.Option(help="Give up on an arm once no job's step advanced for this many seconds."),
     ] = D.timeout_s,
     baseline_jobs: Annotated[
         int | None,
@@ -131,9 +132,12 @@ def command(
         if json_path is not None and json_path.resolve().is_relative_to(out.resolve()):
             written += [json_path] if json_path.is_file() else []
         target.record(written)
-    # Goals are reported; only a job that did not recover exactly fails the drill.
+    # Goals are reported; a job that did not recover exactly fails the drill, and so does a
+    # planner whose prediction misses what the drill measured.
+    check = report["planner_check"]
     if (
         not all(j["finished"] for j in report["jobs"])
         or not report["goals"]["weights_match_references"]
+        or (check is not None and not check["within_tolerance"])
     ):
         raise typer.Exit(1)

@@ -42,7 +42,7 @@ class BaselineDrill(Drill):
         self._event(now, "killed", job.name, run.node, f"exit {run.exit_code}")
 
     def _timed_out(self) -> None:
-        """Out of time: the arm ends with its jobs where they are, and the report says so."""
+        """Stalled: the arm ends with its jobs where they are, and the report says so."""
 
     def _autoscale(self, now: float) -> None:
         """The group keeps its size: a node whose capacity is back comes up, empty."""

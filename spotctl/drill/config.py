@@ -69,7 +69,8 @@ class DrillConfig:
     imds_poll_s: float = 1.0
     """How often trainers on AWS-flavoured nodes poll IMDS (at most 5 s)."""
     timeout_s: float = 900.0
-    """The drill gives up on an arm after this long."""
+    """The drill gives up on an arm once no job's step has advanced for this long; notices fall
+    within this many seconds of the arm's start."""
     prices: Prices = field(default_factory=Prices)
     baseline_jobs: int | None = None
     """Jobs of the baseline arm (spotctl.drill.baseline); None: as many as `jobs`, 0: no

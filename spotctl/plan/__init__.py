@@ -16,11 +16,12 @@ from typing import Annotated
 
 import typer
 
-from components.config import NOTICE_SECONDS
+from components.config import NOTICE_SECONDS, NoticeWindow
 from spotctl.drill.config import Prices
 from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
-from spotctl.plan.model import HOUR_S, SpotJob, planned_goodput
+from spotctl.plan.model import HOUR_S, SpotJob, expected, interval_s
+from spotctl.plan.report import CAUSE_INPUTS
 
 # AWS Spot Instance Advisor's "frequency of interruption": the share of a type's capacity
 # reclaimed over the trailing month. Each band is taken at its upper edge; ">20%" has none.
@@ -32,8 +33,10 @@ FAILURES_PER_NODE_HOUR = 419 / (54 * 24 * 2048)
 # Below this the plan's figures stop meaning anything: the job does not finish.
 MIN_GOODPUT = 1e-6
 NOTICE_SOURCES = {
-    "aws": "EC2 spot interruption notice, two minutes",
-    "gcp": "GKE graceful node shutdown: 30 s, 15 s of it for user pods by default",
+    "aws": "EC2 spot interruption notice, two minutes, less the 20 s the drain's SIGTERM may "
+    "lag it (EventBridge, SQS, Karpenter), as the runtime plans it",
+    "gcp": "GKE graceful node shutdown: 30 s, 15 s of it for user pods by default; the node "
+    "shuts its pods down itself, so no lag",
 }
 
 
@@ -66,6 +69,7 @@ class Inputs:
     failures_per_hour: float = FAILURES_PER_NODE_HOUR
     nodes: int = 1
     notice_s: float | None = None
+    notice_lag_s: float | None = None
     spot_price: float | None = None
     on_demand_price: float | None = None
     from_bench: Path | None = None
@@ -103,27 +107,42 @@ def scenario(i: Inputs) -> Scenario:
         raise PlanError(f"--save-s ({save:g} s) must be at least the blocking part ({blocked:g} s)")
     restart = i.restart_s if i.restart_s is not None else base.restart_s
     rate, rate_source = _interruption_rate(i)
-    notice_s = i.notice_s if i.notice_s is not None else NOTICE_SECONDS[i.cloud]
+    default = NoticeWindow.default(i.cloud)
+    window = NoticeWindow(
+        default.grace_s if i.notice_s is None else i.notice_s,
+        default.lag_s if i.notice_lag_s is None else i.notice_lag_s,
+    )
+    if window.final_save_s <= 0:
+        raise PlanError(
+            f"--notice-lag-s ({window.lag_s:g} s) leaves nothing of the {window.grace_s:g} s "
+            "notice for the final save"
+        )
     job = SpotJob(
         work_s=i.job_hours * HOUR_S,
         notice_rate=i.nodes * rate / HOUR_S,
         failure_rate=i.nodes * i.failures_per_hour / HOUR_S,
-        notice_s=notice_s,
+        notice_s=window.final_save_s,
         step_s=i.step_s,
         blocked_s=blocked,
         save_s=save,
         restart_s=restart,
     )
-    if planned_goodput(job) < MIN_GOODPUT:
+    planned = expected(job, interval_s(job))
+    if planned.goodput < MIN_GOODPUT:
+        largest = max(planned.badput, key=planned.badput.get)
         raise PlanError(
-            "--interruptions-per-hour, --failures-per-hour: at these rates the job would take "
-            "over a million times its on-demand time"
+            f"the job would take over a million times its on-demand time, mostly in "
+            f"{largest.replace('_', ' ')}: {CAUSE_INPUTS[largest]}"
         )
     spot, on_demand, price_source = _prices(i)
     assumptions = {
         "cloud": i.cloud,
-        "notice_s": notice_s,
-        "notice_source": "--notice-s" if i.notice_s is not None else NOTICE_SOURCES[i.cloud],
+        "notice_s": window.grace_s,
+        "notice_lag_s": window.lag_s,
+        "final_save_window_s": window.final_save_s,
+        "notice_source": "--notice-s, --notice-lag-s"
+        if (i.notice_s, i.notice_lag_s) != (None, None)
+        else NOTICE_SOURCES[i.cloud],
         "step_s": i.step_s,
         "job_hours": i.job_hours,
         "nodes": i.nodes,
@@ -180,6 +199,7 @@ def _check(i: Inputs) -> None:
         "--failures-per-hour": i.failures_per_hour,
         "--spot-price": i.spot_price,
         "--restart-s": i.restart_s,
+        "--notice-lag-s": i.notice_lag_s,
     }
     for name, value in positive.items():
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -205,12 +225,16 @@ def _interruption_rate(i: Inputs) -> tuple[float, str]:
     if i.interruption_band is None:
         return i.interruptions_per_hour, "--interruptions-per-hour"
     share = BANDS[i.interruption_band]
-    rate = -math.log1p(-share) / HOURS_PER_MONTH
-    return rate, (
+    return band_rate(i.interruption_band), (
         f"--interruption-band {i.interruption_band}: {share:.0%} of nodes interrupted in a "
         f"month of {HOURS_PER_MONTH:g} h, -ln(1 - {share:g}) / {HOURS_PER_MONTH:g}"
         + (" (the band is open; 50 % assumed)" if i.interruption_band == ">20%" else "")
     )
+
+
+def band_rate(band: str) -> float:
+    """Interruptions per node-hour of an Advisor band: its share of nodes in a month."""
+    return -math.log1p(-BANDS[band]) / HOURS_PER_MONTH
 
 
 def _prices(i: Inputs) -> tuple[float, float, str]:
@@ -246,7 +270,15 @@ def command(
         float | None,
         typer.Option(
             help="Seconds a pod gets from the notice (default: the cloud's; 30 s is "
-            "Kubernetes's default grace period)."
+            "Kubernetes's default grace period; on GKE the Spot pool's shutdown grace for user "
+            "pods)."
+        ),
+    ] = None,
+    notice_lag_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the drain's SIGTERM may follow the notice; the final save has the "
+            "notice less this (default: AWS 20, GKE 0)."
         ),
     ] = None,
     spot_price: Annotated[float | None, typer.Option(help="USD per spot node-hour.")] = None,
@@ -294,6 +326,7 @@ def command(
         failures_per_hour=failures_per_hour,
         nodes=nodes,
         notice_s=notice_s,
+        notice_lag_s=notice_lag_s,
         spot_price=spot_price,
         on_demand_price=on_demand_price,
         from_bench=from_bench,
@@ -319,6 +352,6 @@ def command(
     for part in report.tables(result):
         console.print(part)
     if json_path:
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        json_path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     if png:
         report.chart(planned, result, png)

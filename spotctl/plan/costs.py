@@ -5,6 +5,7 @@ the checkpoint benchmark's figures (`python -m spotsafe.bench --json`), or from 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,16 +128,31 @@ def _json_object(text: str) -> dict | None:
     return None
 
 
+def _number(value: object, path: Path, where: str, positive: bool = True) -> float:
+    """A finite number (JSON's NaN and Infinity are not), positive or at least zero."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        kind = "a positive number" if positive else "a number, zero or more"
+        raise CostError(f"--from-bench {path}: {where} must be {kind}, not {json.dumps(value)}")
+    return float(value)
+
+
 def _from_bench(doc: dict, path: Path) -> Measured:
-    rows = [("", doc)] + [(f"sweep[{i}].", row) for i, row in enumerate(doc.get("sweep", []))]
+    sweep = doc.get("sweep", [])
+    if not isinstance(sweep, list) or not all(isinstance(row, dict) for row in sweep):
+        raise CostError(f"--from-bench {path}: sweep must be a list of objects")
+    rows = [("", doc)] + [(f"sweep[{i}].", row) for i, row in enumerate(sweep)]
     points: dict[float, tuple[float, float, float]] = {}
     for where, row in rows:
-        values = {}
-        for key in ("state_bytes", "blocked_s", "save_s", "restore_s"):
-            value = row.get(key)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise CostError(f"--from-bench {path}: {where}{key} must be a positive number")
-            values[key] = float(value)
+        values = {
+            key: _number(row.get(key), path, f"{where}{key}")
+            for key in ("state_bytes", "blocked_s", "save_s", "restore_s")
+        }
         if values["save_s"] < values["blocked_s"]:
             raise CostError(f"--from-bench {path}: {where}save_s is less than its blocked_s")
         gb = values["state_bytes"] / GB
@@ -146,18 +162,30 @@ def _from_bench(doc: dict, path: Path) -> Measured:
 
 
 def _from_drill(doc: dict, path: Path) -> Measured:
-    noticed = [
-        i
-        for i in doc.get("interruptions", [])
-        if i.get("kind") == "notice"
-        and i.get("notice_to_durable_s") is not None
-        and i.get("notice_to_resume_s") is not None
-    ]
-    if not noticed:
+    interruptions = doc["interruptions"]
+    if not isinstance(interruptions, list) or not all(isinstance(i, dict) for i in interruptions):
+        raise CostError(f"--from-bench {path}: interruptions must be a list of objects")
+    saves, restarts = [], []
+    for n, i in enumerate(interruptions):
+        durable, resumed = i.get("notice_to_durable_s"), i.get("notice_to_resume_s")
+        if i.get("kind") != "notice" or durable is None or resumed is None:
+            continue
+        where = f"interruptions[{n}]."
+        durable = _number(durable, path, where + "notice_to_durable_s")
+        resumed = _number(resumed, path, where + "notice_to_resume_s")
+        if resumed < durable:
+            raise CostError(
+                f"--from-bench {path}: {where}notice_to_resume_s ({resumed:g} s) precedes its "
+                f"notice_to_durable_s ({durable:g} s): a job resumes from a durable checkpoint"
+            )
+        saves.append(durable)
+        restarts.append(resumed - durable)
+    if not saves:
         raise CostError(
             f"--from-bench {path}: the drill report has no noticed preemption with a durable "
             "final save and a resume"
         )
-    save = statistics.median(i["notice_to_durable_s"] for i in noticed)
-    restart = statistics.median(i["notice_to_resume_s"] - i["notice_to_durable_s"] for i in noticed)
-    return Measured("drill", drill=Costs(0.0, save, None, restart))
+    return Measured(
+        "drill",
+        drill=Costs(0.0, statistics.median(saves), None, statistics.median(restarts)),
+    )

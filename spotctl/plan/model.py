@@ -49,6 +49,9 @@ class SpotJob:
     """From a save's start until it is durable; the final save under a notice takes as long."""
     restart_s: float
     """From the end of an attempt until training again: a new node, pod start, restore."""
+    restarts_interrupted: bool = True
+    """Whether interruptions strike restarts too, as on a cloud; the drill strikes only pods
+    that train."""
 
     @property
     def upload_s(self) -> float:
@@ -91,7 +94,11 @@ def expected(job: SpotJob, interval_s: float) -> Expected:
         kept = durable
         notice = job.notice_rate * job.notice_s
     # A restart starts over when interrupted; past e^700 the goodput is 0 in doubles anyway.
-    restarts = math.expm1(min(rate * job.restart_s, 700.0))
+    restarts = (
+        math.expm1(min(rate * job.restart_s, 700.0))
+        if job.restarts_interrupted
+        else rate * job.restart_s
+    )
     cycle = 1.0 + notice + restarts
     return Expected(kept / cycle, _shares(blocked, work - kept, notice, restarts, cycle))
 
@@ -135,9 +142,12 @@ def cost_ratio(job: SpotJob, price_ratio: float) -> float:
 
 def breakeven_notice_rate(job: SpotJob, price_ratio: float) -> float:
     """The notice rate (per second) at which spot costs as much as on-demand: 0 when spot is
-    never cheaper. Cost grows with the rate, so a bisection (in log space) finds it."""
+    never cheaper, infinite when it is free. Cost grows with the rate, so a bisection (in log
+    space) finds it."""
     if price_ratio >= 1:
         return 0.0
+    if price_ratio == 0:
+        return math.inf
 
     def cheaper(rate: float) -> bool:
         return cost_ratio(replace(job, notice_rate=rate), price_ratio) < 1

@@ -26,9 +26,10 @@ BADPUT_GOAL = 0.06  # the seed's target: idle 34 % -> 6 %
 CAUSE_INPUTS = {
     "blocking_saves": "the snapshot each save blocks for (--checkpoint-s, --state-gb)",
     "lost_work": "failures without a notice (--failures-per-hour) and final saves that do not "
-    "fit the notice (--save-s, --notice-s)",
+    "fit the notice (--save-s, --notice-s, --notice-lag-s)",
     "final_saves": "the final save every notice waits for (--save-s, --state-gb)",
-    "restarts": "the restart after each interruption (--restart-s) at the interruption rate",
+    "restarts": "the restart after each interruption (--restart-s, --state-gb) at the "
+    "interruption rates (--interruptions-per-hour, --failures-per-hour)",
 }
 MAX_SHARDS = 1024
 
@@ -53,12 +54,13 @@ def build(s: Scenario) -> dict:
         "on_demand_hours": job.work_s / on_demand_goodput / HOUR_S,
         "expected_time_ratio": on_demand_goodput / spot.goodput,
         "expected_cost_ratio": cost_ratio(job, s.price_ratio),
-        "breakeven_interruptions_per_hour": breakeven_notice_rate(job, s.price_ratio)
-        * HOUR_S
-        / s.nodes,
+        "breakeven_interruptions_per_hour": _finite(
+            breakeven_notice_rate(job, s.price_ratio) * HOUR_S / s.nodes
+        ),
         "final_save_fits": job.final_save_fits,
         "final_save_s": job.save_s,
-        "notice_s": job.notice_s,
+        "notice_s": s.assumptions["notice_s"],
+        "final_save_window_s": job.notice_s,
         "final_save_advice": [] if job.final_save_fits else advice(s, chosen, steps),
         "badput_goal": BADPUT_GOAL,
         "badput_goal_met": badput <= BADPUT_GOAL,
@@ -140,12 +142,15 @@ def tables(result: dict) -> list:
         ("cost", f"x{result['expected_cost_ratio']:.3f} on-demand"),
         (
             "on-demand cheaper above",
-            f"{result['breakeven_interruptions_per_hour']:.3g} interruptions per node-hour",
+            "never: spot is free"
+            if result["breakeven_interruptions_per_hour"] is None
+            else f"{result['breakeven_interruptions_per_hour']:.3g} interruptions per node-hour",
         ),
         (
             "final save",
-            f"{a['step_s'] + result['final_save_s']:.3g} s of a {result['notice_s']:g} s "
-            "notice: " + ("fits" if result["final_save_fits"] else "DOES NOT FIT"),
+            f"{a['step_s'] + result['final_save_s']:.3g} s of a "
+            f"{result['final_save_window_s']:g} s window: "
+            + ("fits" if result["final_save_fits"] else "DOES NOT FIT"),
         ),
         (f"badput <= {result['badput_goal']:.0%}", f"{result['expected_badput']:.1%}: {goal_met}"),
     ]
@@ -161,6 +166,8 @@ def tables(result: dict) -> list:
         f"{a['blocked_s']:.3g} s blocking save, never under the {result['min_interval_s']:.3g} s "
         "upload, never over the job.",
         f"Badput: {badput}.",
+        f"Notice window: the {a['notice_s']:g} s notice less the {a['notice_lag_s']:g} s the "
+        "drain's SIGTERM may lag it, as the runtime plans its final save.",
     ]
     if result["limited_by"]:
         notes.append(f"The badput goal is missed; the largest cause is {result['limited_by']}.")
@@ -204,7 +211,7 @@ def chart(s: Scenario, result: dict, path: Path) -> None:
     ax.set_ylabel("ratio against on-demand")
     ax.set_title(
         f"{s.state_gb:g} GB, {result['assumptions']['interruptions_per_node_hour']:.3g} "
-        f"interruptions per node-hour, {result['notice_s']:g} s notice"
+        f"interruptions per node-hour, {result['final_save_window_s']:g} s notice window"
     )
     ax.legend(fontsize="small")
     fig.tight_layout()

@@ -4,8 +4,11 @@ baseline arm on the same interruption schedule, and goodput for both."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,10 @@ from spotctl.drill.harness import Drill
 # Small enough for a shared 2-core machine; the rates make sure both kinds of preemption land
 # while the jobs train. The baseline arm's manual delay is short, so that it finishes soon.
 MANUAL_DELAY_S = 4
+STALL_S = 120
+"""The drill's deadline: steps that stop advancing this long end it."""
+SILENT_S = 900
+"""No output this long: stuck outside the arms (the references run silently, in minutes)."""
 SMALL_DRILL = [
     "--seed", "3",
     "--jobs", "2",
@@ -30,17 +37,32 @@ SMALL_DRILL = [
     "--hard-kill-window-s", "1", "3",
     "--on-demand-after-s", "2",
     "--manual-delay-s", str(MANUAL_DELAY_S),
-    "--timeout-s", "300",
+    "--timeout-s", str(STALL_S),
 ]  # fmt: skip
 
 
 def drill(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("spotctl")), "drill", *args],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    """The drill ends itself once no job's step advances for --timeout-s (STALL_S), so a slow
+    machine makes it slow, not red. Before and between its arms it prints as it goes; a drill
+    silent for SILENT_S is stuck there, and is stopped."""
+    argv = [str(Path(sys.executable).with_name("spotctl")), "drill", *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        printed, printed_at = 0, time.monotonic()
+        while proc.poll() is None:
+            time.sleep(1)
+            size = sum(os.fstat(f.fileno()).st_size for f in (out, err))
+            if size > printed:
+                printed, printed_at = size, time.monotonic()
+            elif time.monotonic() - printed_at > SILENT_S:
+                proc.kill()
+                proc.wait()
+                pytest.fail(f"the drill printed nothing for {SILENT_S} s: {argv}")
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(
+            argv, proc.returncode, out.read().decode(), err.read().decode()
+        )
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +167,7 @@ STOCKOUT_DRILL = [
     "--stockout-s", "0", "6",
     "--final-phase", "0",
     "--baseline-jobs", "0",
-    "--timeout-s", "300",
+    "--timeout-s", str(STALL_S),
 ]  # fmt: skip
 
 

@@ -44,7 +44,7 @@ def test_the_json_keeps_the_contract_and_states_every_input(tmp_path: Path) -> N
     a = report["assumptions"]
     assert a["state_gb"] == 100 and a["step_s"] == 1 and a["job_hours"] == 24
     assert a["interruptions_per_node_hour"] == 0.05 and a["cloud"] == "aws"
-    assert a["notice_s"] == 120
+    assert a["notice_s"] == 120 and a["notice_lag_s"] == 20 and a["final_save_window_s"] == 100
     # From the state size at the stated speeds: 10 s snapshot, 100 s upload, 50 s restore.
     assert (a["blocked_s"], a["save_s"], a["restore_s"]) == (10, 110, 50)
     assert a["restart_s"] == a["node_start_s"] + a["restore_s"]
@@ -57,13 +57,14 @@ def test_the_json_keeps_the_contract_and_states_every_input(tmp_path: Path) -> N
 
 
 def test_a_100gb_state_at_5_percent_per_hour_on_aws_meets_the_badput_goal(tmp_path: Path) -> None:
-    report = plan(tmp_path, *AWS_100GB)
+    """Sharded over two nodes: 1 s step + 5 s snapshot + 50 s upload fit the 100 s window."""
+    report = plan(tmp_path, *AWS_100GB, "--nodes", "2")
     assert report["final_save_fits"] and report["final_save_advice"] == []
     assert report["expected_badput"] <= 0.06 and report["badput_goal_met"]
     assert report["limited_by"] is None
     assert report["expected_goodput"] + sum(report["badput_by_cause"].values()) == pytest.approx(1)
     # The notice keeps the work: only failures without one lose any, so saves are hours apart.
-    assert report["interval_s"] > 3 * 3600
+    assert report["interval_s"] > 2 * 3600
     assert report["interval_steps"] == round(report["interval_s"])
     a = report["assumptions"]
     price_ratio = a["spot_price"] / a["on_demand_price"]
@@ -74,6 +75,22 @@ def test_a_100gb_state_at_5_percent_per_hour_on_aws_meets_the_badput_goal(tmp_pa
         report["on_demand_hours"] * report["expected_time_ratio"]
     )
     assert 1 < report["breakeven_interruptions_per_hour"] < 100
+
+
+def test_the_drains_lag_comes_off_the_notice_as_in_the_runtime(tmp_path: Path) -> None:
+    """AWS's 120 s notice reaches the pod up to 20 s late (components.config.NOTICE_LAG_SECONDS,
+    the Job template's SPOTSAFE_SIGTERM_LAG_S): the runtime's SIGTERM deadline is the grace less
+    the lag, and a 111 s final save of 100 GB does not fit what is left."""
+    from components.config import NoticeWindow
+
+    assert NoticeWindow.default("aws").final_save_s == 100
+    report = plan(tmp_path, *AWS_100GB)
+    assert report["final_save_window_s"] == 100 and not report["final_save_fits"]
+    # Every notice now loses work: saves come minutes apart, not hours.
+    assert report["interval_s"] < 3600 and report["badput_by_cause"]["lost_work"] > 0
+    no_lag = plan(tmp_path, *AWS_100GB, "--notice-lag-s", "0")
+    assert no_lag["final_save_window_s"] == 120 and no_lag["final_save_fits"]
+    assert no_lag["expected_goodput"] > report["expected_goodput"]
 
 
 def test_a_save_longer_than_gkes_notice_says_what_to_do(tmp_path: Path) -> None:
@@ -200,8 +217,15 @@ def test_a_drill_report_gives_final_save_and_restart(tmp_path: Path) -> None:
         (["--state-gb", "1", "--interruptions-per-hour", "1", "--checkpoint-s", "9",
           "--save-s", "2"], "--save-s (2 s) must be at least the blocking part (9 s)"),
         (["--state-gb", "1", "--interruptions-per-hour", "1", "--nodes", "0"], "--nodes must"),
+        (["--state-gb", "1", "--interruptions-per-hour", "1", "--notice-lag-s", "120"],
+         "--notice-lag-s (120 s) leaves nothing of the 120 s notice for the final save"),
         (["--state-gb", "1", "--interruptions-per-hour", "1e6"],
-         "--interruptions-per-hour, --failures-per-hour:"),
+         "mostly in restarts: the restart after each interruption (--restart-s, --state-gb) at "
+         "the interruption rates (--interruptions-per-hour, --failures-per-hour)"),
+        (["--state-gb", "1e9", "--interruptions-per-hour", "0.05"],
+         "mostly in restarts: the restart after each interruption (--restart-s, --state-gb)"),
+        (["--state-gb", "1", "--interruptions-per-hour", "0.05", "--checkpoint-s", "1e9"],
+         "mostly in blocking saves: the snapshot each save blocks for (--checkpoint-s"),
         (["--interruptions-per-hour", "1"], "--state-gb is required"),
         (["--interruptions-per-hour", "1", "--from-bench", "missing.json"],
          "--from-bench missing.json: No such file"),
@@ -227,15 +251,42 @@ def test_bad_input_is_named_in_one_line(args: list[str], message: str) -> None:
         ('{"state_bytes": 1000, "save_s": 1, "blocked_s": 0.1, "restore_s": 1, '
          '"sweep": [{"state_bytes": 5}]}', "sweep[0].blocked_s must be a positive"),
         ('{"interruptions": [{"kind": "hard"}]}', "the drill report has no noticed preemption"),
+        # Python's json reads NaN; a cost must still be a finite number.
+        ('{"state_bytes": 1000, "save_s": 1, "blocked_s": NaN, "restore_s": 1}',
+         "blocked_s must be a positive number, not NaN"),
+        ('{"state_bytes": 1000, "save_s": 1, "blocked_s": 0.1, "restore_s": 1, "sweep": 5}',
+         "sweep must be a list of objects"),
+        ('{"interruptions": [{"kind": "notice", "notice_to_durable_s": "2", '
+         '"notice_to_resume_s": 9}]}',
+         'interruptions[0].notice_to_durable_s must be a positive number, not "2"'),
+        ('{"interruptions": [{"kind": "notice", "notice_to_durable_s": 5, '
+         '"notice_to_resume_s": 3}]}',
+         "interruptions[0].notice_to_resume_s (3 s) precedes its notice_to_durable_s (5 s)"),
     ],
 )  # fmt: skip
 def test_a_file_it_cannot_read_is_named(tmp_path: Path, document: str, message: str) -> None:
     path = tmp_path / "costs.json"
     path.write_text(document)
+    out = tmp_path / "plan.json"
     result = CliRunner().invoke(
         app,
         ["plan", "--cloud", "aws", "--step-s", "1", "--job-hours", "10", "--state-gb", "1",
-         "--interruptions-per-hour", "1", "--from-bench", str(path)],
+         "--interruptions-per-hour", "1", "--from-bench", str(path), "--json", str(out)],
     )  # fmt: skip
-    assert result.exit_code == 2
-    assert f"--from-bench {path}: {message}" in result.stderr
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"error: --from-bench {path}: {message}")
+    assert result.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_free_spot_keeps_the_json_strict(tmp_path: Path) -> None:
+    """Spot at no cost is never dearer than on-demand: the break-even is null, not Infinity,
+    which strict JSON readers refuse."""
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(
+        app, ["plan", *AWS_100GB, "--spot-price", "0", "--on-demand-price", "1", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text(), parse_constant=lambda name: pytest.fail(name))
+    assert report["breakeven_interruptions_per_hour"] is None
+    assert report["expected_cost_ratio"] == 0
+    assert "never: spot is free" in result.output
