@@ -113,6 +113,7 @@ def capacity_problems(config: StackConfig) -> list[Problem]:
     if config.gcp is not None and config.gcp.buffer_pool is not None:
         problems += _gke_buffer_problems(config, known)
     problems += _quota_problems(config, classes)
+    problems += _class_reference_problems(config)
     problems += _template_problems(config, classes, config.cloud)
     problems += _rendezvous_problems(config)
     if config.aws is not None and not problems:
@@ -340,6 +341,23 @@ def _gke_pool_problems(config: StackConfig, classes: dict, known: Catalog) -> li
                     )
                 )
     return problems
+
+
+def _class_reference_problems(config: StackConfig) -> list[Problem]:
+    """Settings that name a GPU class (besides the teams' quotas) name one of the stack's."""
+    names = [c.name for c in config.gpu_classes]
+    references = [
+        (f"kubernetes.monitoring.class_prices[{name!r}]", name)
+        for name in config.kubernetes.monitoring.class_prices
+    ]
+    if config.aws is not None and config.aws.spot_drill is not None:
+        references.append(("aws.spot_drill.gpu_class", config.aws.spot_drill.gpu_class))
+    listed = ", ".join(map(repr, names))
+    return [
+        (where, f"no GPU class {name!r} among gpu_classes[].name ({listed})")
+        for where, name in references
+        if name not in names
+    ]
 
 
 def _quota_problems(config: StackConfig, classes: dict) -> list[Problem]:

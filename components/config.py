@@ -806,42 +806,6 @@ class StackConfig(Model):
                 )
         return value
 
-    @field_validator("aws")
-    @classmethod
-    def _drill_of_a_known_class(
-        cls, value: AwsConfig | None, info: ValidationInfo
-    ) -> AwsConfig | None:
-        if (
-            value is None
-            or value.spot_drill is None
-            or info.data.get("cloud") != "aws"  # an AWS section elsewhere is refused as a whole
-            or "gpu_classes" not in info.data
-        ):
-            return value
-        known = [gpu_class.name for gpu_class in info.data["gpu_classes"]]
-        if value.spot_drill.gpu_class not in known:
-            raise ValueError(
-                f"spot_drill.gpu_class: {value.spot_drill.gpu_class!r} is not a GPU class of the "
-                f"stack ({', '.join(known)})"
-            )
-        return value
-
-    @field_validator("kubernetes")
-    @classmethod
-    def _prices_of_known_classes(
-        cls, value: KubernetesConfig, info: ValidationInfo
-    ) -> KubernetesConfig:
-        if "gpu_classes" not in info.data:
-            return value  # reported at gpu_classes
-        known = {gpu_class.name for gpu_class in info.data["gpu_classes"]}
-        unknown = sorted(set(value.monitoring.class_prices) - known)
-        if unknown:
-            raise ValueError(
-                f"monitoring.class_prices: {unknown} are not GPU classes of the stack "
-                f"({', '.join(sorted(known))})"
-            )
-        return value
-
     @field_validator("cost_tags")
     @classmethod
     def _no_reserved_tags(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:

@@ -280,8 +280,8 @@ def test_cli_reports_unknown_stack(tmp_path):
         (
             ["aws", "spot_drill", "gpu_class"],
             "a100-40gb",
-            "aws",
-            "spot_drill.gpu_class: 'a100-40gb' is not a GPU class of the stack",
+            "aws.spot_drill.gpu_class",
+            "no GPU class 'a100-40gb' among gpu_classes[].name ('h100-80gb', 'l40s-48gb')",
         ),
         (
             ["aws", "spot_drill", "percent"],
@@ -292,8 +292,8 @@ def test_cli_reports_unknown_stack(tmp_path):
         (
             ["kubernetes", "monitoring", "class_prices"],
             {"a100-40gb": {"on_demand": 4.1, "spot": 1.5}},
-            "kubernetes",
-            "monitoring.class_prices: ['a100-40gb'] are not GPU classes of the stack",
+            "kubernetes.monitoring.class_prices['a100-40gb']",
+            "no GPU class 'a100-40gb' among gpu_classes[].name ('h100-80gb', 'l40s-48gb')",
         ),
         (
             ["kubernetes", "monitoring", "class_prices", "h100-80gb", "spot"],
