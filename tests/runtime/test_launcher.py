@@ -60,6 +60,15 @@ def launch(
     )
 
 
+def wait_ready(proc: subprocess.Popen, ranks: int) -> None:
+    """Until every rank said "ready"; ranks share the pipe, so two may land on one line."""
+    said = 0
+    while said < ranks:
+        line = proc.stdout.readline()
+        assert line, f"the launcher ended before {ranks} ranks were ready: {proc.stderr.read()}"
+        said += line.count("ready")
+
+
 @pytest.mark.parametrize(
     ("actions", "expected"),
     [
@@ -81,8 +90,7 @@ def test_ranks_exit_codes_pass_through_and_75_means_preempted(
 
 def test_sigterm_to_the_launcher_exits_75(tmp_path: Path) -> None:
     proc = launch(tmp_path, "wait", "wait")
-    for _ in range(2):
-        assert proc.stdout.readline().strip() == "ready"
+    wait_ready(proc, ranks=2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     # torchrun forwards the SIGTERM to the ranks, waits for them and exits 1.
@@ -94,8 +102,7 @@ def test_a_rendezvous_store_lost_after_the_ranks_ran_is_a_stop_not_a_failure(
     tmp_path: Path, rendezvous: RendezvousStore
 ) -> None:
     proc = launch(tmp_path, "wait", "wait", rendezvous=rendezvous.endpoint)
-    for _ in range(2):
-        assert proc.stdout.readline().strip() == "ready"
+    wait_ready(proc, ranks=2)
     rendezvous.proc.kill()  # its stable node failed
     # torchrun stops the ranks with SIGTERM (they save and exit 75), then fails itself.
     _, err = proc.communicate(timeout=120)
