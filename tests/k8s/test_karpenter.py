@@ -159,19 +159,24 @@ def test_every_rendered_job_template_fits_an_instance_type_of_its_class(
     assert checked == 2 * len(config.teams)  # a single-node and a multi-node template per team
 
 
+def prod_karpenter_args(**settings) -> KarpenterArgs:
+    """Karpenter's args over prod's class pools, with the given settings."""
+    return KarpenterArgs(
+        cluster_name="c",
+        region="us-west-2",
+        interruption_queue_name="q",
+        node_role_name="r",
+        subnet_ids=[],
+        security_group_ids=[],
+        pools=tuple(class_pools(PROD)),
+        notice_seconds=120,
+        **settings,
+    )
+
+
 def test_karpenter_args_refuse_an_unpinned_ami() -> None:
     with pytest.raises(ValueError, match="pin a version, not 'al2023@latest'"):
-        KarpenterArgs(
-            cluster_name="c",
-            region="us-west-2",
-            interruption_queue_name="q",
-            node_role_name="r",
-            subnet_ids=[],
-            security_group_ids=[],
-            pools=tuple(class_pools(PROD)),
-            ami_alias="al2023@latest",
-            notice_seconds=120,
-        )
+        prod_karpenter_args(ami_alias="al2023@latest")
 
 
 def bottlerocket_node_class(snapshot: str | None) -> dict:
@@ -232,18 +237,7 @@ def test_bottlerocket_nodes_keep_images_on_a_data_volume_the_cache_fills(
 
 def test_the_image_cache_needs_bottlerocket() -> None:
     with pytest.raises(ValueError, match="needs a bottlerocket AMI alias, not 'al2023@v1'"):
-        KarpenterArgs(
-            cluster_name="c",
-            region="us-west-2",
-            interruption_queue_name="q",
-            node_role_name="r",
-            subnet_ids=[],
-            security_group_ids=[],
-            pools=tuple(class_pools(PROD)),
-            ami_alias="al2023@v1",
-            notice_seconds=120,
-            image_cache_snapshot="snap-0123456789abcdef0",
-        )
+        prod_karpenter_args(ami_alias="al2023@v1", image_cache_snapshot="snap-0123456789abcdef0")
 
 
 def test_karpenter_objects_wait_for_the_release_that_installs_their_crds(prod_preview) -> None:
