@@ -28,7 +28,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws.iam import NodeRole, NodeRoleArgs, PodIdentity, pod_identity_role
-from components.capacity import MAX_PODS
+from components.config.capacity import MAX_PODS
 from components.k8s.objects import custom_resource, helm_release
 from components.pools import GPU_TAINT, ClassPool
 from components.versions import KARPENTER, KARPENTER_CRD

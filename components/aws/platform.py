@@ -37,9 +37,9 @@ from components.aws.observability import Observability, ObservabilityArgs
 from components.aws.quotas import GpuQuotas, GpuQuotasArgs, current_vcpus
 from components.aws.registry import ImageRepository, ImageRepositoryArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
-from components.capacity import creation_problems, starting_gpu_vcpus
 from components.catalog import catalog
 from components.config import NOTICE_SOURCES, ConfigError, GpuVcpuQuota, StackConfig
+from components.config.capacity import creation_problems, starting_gpu_vcpus
 from components.k8s import monitoring
 from components.platform import Platform
 from components.pools import CAPACITIES, class_pools, pool_specs

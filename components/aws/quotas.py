@@ -1,5 +1,5 @@
 """EC2 Service Quotas requests for GPU vCPUs, spot and on-demand: the ceiling every GPU pool runs
-into first. `components.capacity` checks that they cover what the pools may launch.
+into first. `components.config.capacity` checks that they cover what the pools may launch.
 
 Each quota is read first (`current_vcpus`: the account's applied value, or AWS's default where
 none is applied), and a request is filed at most once, for more than that. pulumi-aws's

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.catalog import InstanceType, class_name
-from components.gcp.config import BufferPoolConfig, ScheduledNodeCount
+from components.config.gcp import BufferPoolConfig, ScheduledNodeCount
 from components.gcp.iam import check_account_id, check_role_id
 from components.gcp.nodepools import (
     MANAGEMENT,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
-from components.gcp.config import ExistingGkeCluster, NewGkeCluster
+from components.config.gcp import ExistingGkeCluster, NewGkeCluster
 from components.gcp.kms import ServiceKey, ServiceKeyArgs
 from components.gcp.network import PODS_RANGE, SERVICES_RANGE, Network, NetworkArgs
 from components.gcp.nodepools import locked_down_node

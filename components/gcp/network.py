@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components.gcp.config import GkeNetwork
+from components.config.gcp import GkeNetwork
 
 # Names of the subnet's secondary ranges, as the cluster's IP allocation policy refers to them.
 PODS_RANGE = "pods"

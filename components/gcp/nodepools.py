@@ -20,8 +20,8 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.catalog import InstanceType
+from components.config.gcp import ShutdownGrace
 from components.gcp.computeclass import COMPUTE_CLASS_LABEL
-from components.gcp.config import ShutdownGrace
 from components.pools import ClassPool, PoolSpec, Taint
 from components.versions import GKE_GPU_DRIVER_VERSION
 

@@ -13,6 +13,7 @@ import pulumi_gcp as gcp
 
 from components.catalog import catalog
 from components.config import NOTICE_SOURCES, StackConfig
+from components.config.gcp import rbac_subject
 from components.gcp.buffer import (
     GkeBufferPool,
     GkeBufferPoolArgs,
@@ -26,7 +27,6 @@ from components.gcp.computeclass import (
     ComputeClasses,
     ComputeClassesArgs,
 )
-from components.gcp.config import rbac_subject
 from components.gcp.iam import (
     CheckpointWriterRole,
     CheckpointWriterRoleArgs,

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.catalog import catalog
-from components.gcp.config import PREEMPTIBLE_GPU_FAMILY
+from components.config.gcp import PREEMPTIBLE_GPU_FAMILY
 
 if TYPE_CHECKING:
     from components.config import StackConfig

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
-from components.gcp.config import gcs_bucket_name_problem
+from components.config.gcp import gcs_bucket_name_problem
 from components.gcp.kms import DAY_SECONDS, ServiceKey, ServiceKeyArgs
 from components.gcp.services import invoke_options
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.capacity import efa_interfaces, template_class
 from components.config import UNBUILT_IMAGE, StackConfig
+from components.config.capacity import efa_interfaces, template_class
 from components.k8s import rendezvous
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs

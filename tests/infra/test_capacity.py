@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from stack_files import STACKS, stack_values
 
-from components.capacity import allocatable
 from components.catalog import catalog, class_name
 from components.config import ConfigError, load_config
+from components.config.capacity import allocatable
 
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 

@@ -14,10 +14,10 @@ from stack_files import REPO_ROOT, stack_values
 
 from components.catalog import catalog
 from components.config import load_config
+from components.config.gcp import ShutdownGrace
 from components.gcp.buffer import GkeBufferPoolArgs, buffer_spec, set_size_body
 from components.gcp.cluster import ClusterArgs
 from components.gcp.computeclass import COMPUTE_CLASS_LABEL
-from components.gcp.config import ShutdownGrace
 from components.gcp.iam import (
     CHECKPOINT_PERMISSIONS,
     NodeServiceAccountArgs,

@@ -8,7 +8,7 @@ import pytest
 from stack_files import stack_values
 
 from components.config import ConfigError, load_config
-from components.gcp.config import (
+from components.config.gcp import (
     extended_grace_supported,
     gcs_bucket_name_problem,
     gke_version_key,

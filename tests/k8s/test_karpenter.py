@@ -9,9 +9,9 @@ import pytest
 from stack_files import STACKS, stack_values
 
 from components.aws.karpenter import KarpenterArgs, block_devices
-from components.capacity import allocatable
 from components.catalog import catalog
 from components.config import load_config
+from components.config.capacity import allocatable
 from components.pools import class_pools
 from spotctl.render import Rendered, render, validate
 

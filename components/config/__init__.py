@@ -22,16 +22,16 @@ from pydantic import (
     model_validator,
 )
 
-from components.capacity import capacity_problems
-from components.config_document import decode_values, document_problems
-from components.gcp.config import (
+from components.config.capacity import capacity_problems
+from components.config.document import decode_values, document_problems
+from components.config.gcp import (
     GCP_REGION,
     LABEL_KEY,
     LABEL_VALUE,
     GcpConfig,
     environment_problem,
 )
-from components.schema import (
+from components.config.schema import (
     DNS_LABEL,
     DURATION,
     CreateOrAttach,
@@ -954,8 +954,8 @@ def load_values(values: Mapping[str, str], namespace: str) -> StackConfig:
 def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
     """Validate the raw config map (field -> decoded value); raise ConfigError on any problem.
 
-    The document first (`components.config_document`), then the schema; then, on a valid
-    document, whether its capacity can run its jobs (`components.capacity`: catalog, classes,
+    The document first (`components.config.document`), then the schema; then, on a valid
+    document, whether its capacity can run its jobs (`components.config.capacity`: catalog, classes,
     quotas, fit).
     """
     problems = document_problems(raw)

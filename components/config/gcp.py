@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from components.schema import (
+from components.config.schema import (
     DNS_LABEL,
     CreateOrAttach,
     Model,

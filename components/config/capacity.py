@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from components.catalog import Catalog, InstanceType, catalog, class_name
-from components.schema import duration_seconds
+from components.config.schema import duration_seconds
 
 if TYPE_CHECKING:
     from components.config import GpuClass, StackConfig
