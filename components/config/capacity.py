@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from components.catalog import Catalog, InstanceType, catalog, class_name
 from components.config.schema import duration_seconds
-
-if TYPE_CHECKING:
-    from components.config import GpuClass, StackConfig
+from components.config.stack import GpuClass, StackConfig
 
 Problem = tuple[str, str]
 

@@ -2,9 +2,10 @@
 
 Pulumi hands the program every config key of the stack as a string, namespaced
 (`spot-training:teams`); structured values arrive JSON-encoded. `decode_values` turns that map
-into the raw document `components.config.load_config` validates, and `document_problems` refuses
-what no schema field could hold but would break the code that reads it: keys that are not
-strings, integers the engine cannot carry, nesting without end, text that is not Unicode.
+into the raw document `load_config` (components/config/loading.py) validates, and
+`document_problems` refuses what no schema field could hold but would break the code that reads
+it: keys that are not strings, integers the engine cannot carry, nesting without end, text that is
+not Unicode.
 Problems are (location, message) pairs; a location is a tuple of keys and indexes.
 """
 

@@ -1,8 +1,8 @@
 """The `gcp` section of the stack config, and what GKE allows for a Spot node's shutdown.
 
-`GcpConfig` is the section's schema; `StackConfig` (components/config.py) holds it and runs the
-GCP checks that span top-level fields (a zone of the region, cost tags that GCP accepts as labels,
-no AWS section in a GCP stack and the reverse).
+`GcpConfig` is the section's schema; `StackConfig` (components/config/stack.py) holds it and runs
+the GCP checks that span top-level fields (a zone of the region, cost tags that GCP accepts as
+labels, no AWS section in a GCP stack and the reverse).
 """
 
 from __future__ import annotations

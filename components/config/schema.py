@@ -22,6 +22,22 @@ def duration_seconds(duration: str) -> int:
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
+# EC2 instance types ("g5.xlarge") and Compute Engine machine types ("g2-standard-8").
+INSTANCE_TYPE = r"^[a-z0-9]+(-[a-z0-9]+)*(\.[a-z0-9]+)?$"
+
+
+def _unique(value: list[str]) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError("instance types must be unique")
+    return value
+
+
+InstanceTypes = Annotated[
+    list[Annotated[str, Field(pattern=INSTANCE_TYPE)]],
+    Field(min_length=1),
+    AfterValidator(_unique),
+]
+
 
 class Model(BaseModel):
     """Strict base: unknown keys are errors (a typo must never be silently ignored)."""

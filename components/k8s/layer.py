@@ -196,7 +196,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                 labels={"spot-training/team": team.name},
                 annotations=dict(platform.training_pod_annotations),
                 rendezvous_endpoint=store.endpoint,
-                # Kueue's timeouts agree with it (components/capacity.py).
+                # Kueue's timeouts agree with it (components/config/capacity.py).
                 rendezvous_timeout_s=gpu_class.rendezvous_wait_s(),
                 efa_interfaces=efa_interfaces(config, gpu_class),
             )

@@ -1,0 +1,97 @@
+"""Loading a stack config: the decoded document (`components.config.document`), then the schema
+(`components.config.stack`), then, on a valid document, whether its capacity can run its jobs
+(`components.config.capacity`). Any problem raises `ConfigError`, whose message names every failing
+field path and, for an enumeration, its allowed values."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, get_origin
+
+from pydantic import ValidationError
+
+from components.config.capacity import capacity_problems
+from components.config.document import decode_values, document_problems
+from components.config.gcp import environment_problem
+from components.config.stack import StackConfig
+
+# Labels pydantic adds to error locations, e.g. "function-after[_check(), Pool]".
+PYDANTIC_LABEL = re.compile(r"^(function-[a-z]+|[a-z]+-union|tagged-union)\[")
+
+
+class ConfigError(ValueError):
+    """A stack config that does not validate. `problems` holds (field path, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]], namespace: str = "") -> None:
+        self.problems = problems
+        prefix = f"{namespace}:" if namespace else ""
+        lines = [f"  {prefix}{path}: {message}" for path, message in problems]
+        super().__init__("invalid stack config:\n" + "\n".join(lines))
+
+
+# Top-level fields whose value is text: Pulumi's string form of `"true"` or `"123"` is the value.
+STRING_FIELDS = tuple(
+    name
+    for name, field in StackConfig.model_fields.items()
+    if field.annotation is str or get_origin(field.annotation) is Literal
+)
+
+
+def load_values(values: Mapping[str, str], namespace: str) -> StackConfig:
+    """`load_config` on the stack's config as Pulumi hands it to the program: every key
+    namespaced, every value a string (structured ones JSON-encoded)."""
+    raw, problems = decode_values(values, namespace, STRING_FIELDS)
+    if problems:
+        raise ConfigError(problems)
+    return load_config(raw, namespace)
+
+
+def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
+    """Validate the raw config map (field -> decoded value); raise ConfigError on any problem.
+
+    The document first (`components.config.document`), then the schema; then, on a valid
+    document, whether its capacity can run its jobs (`components.config.capacity`: catalog, classes,
+    quotas, fit).
+    """
+    problems = document_problems(raw)
+    if problems:
+        raise ConfigError([(_path(loc), message) for loc, message in problems], namespace)
+    environment = raw.get("environment") if isinstance(raw, dict) else None
+    try:
+        config = StackConfig.model_validate(raw, context={"environment": environment})
+    except ValidationError as exc:
+        raise ConfigError(
+            [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace
+        ) from None
+    problem = config.cloud == "gcp" and environment_problem(config.environment)
+    problems = [("environment", problem)] if problem else capacity_problems(config)
+    if problems:
+        raise ConfigError(problems, namespace)
+    return config
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    """pydantic's error location as the user wrote it: `teams[0].name`, `cost_tags['a b']`."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "[key]" or PYDANTIC_LABEL.match(part):
+            continue  # pydantic's own labels, not part of the user's document
+        elif re.fullmatch(r"[A-Za-z0-9_-]+", part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{part!r}]"
+    return path or "(root)"
+
+
+def _message(err: dict[str, Any]) -> str:
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return "unknown field (check the spelling against the schema)"
+    if err["type"] == "missing":
+        return "required field is missing"
+    if err["type"] == "string_pattern_mismatch":
+        return f"{err['input']!r} does not match {err['ctx']['pattern']}"
+    return message
