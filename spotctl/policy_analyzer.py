@@ -439,7 +439,7 @@ def check_preview(
     policy_config_path: Path | None = None,
 ) -> PolicyReport:
     """The pack's verdict on a previewed stack, with the stack's config as the CLI would pass it."""
-    from spotctl.preview_engine import load_project, stack_config, stack_file
+    from components.config.files import load_project, program_config
 
     policy_config = {}
     if policy_config_path is not None:
@@ -448,7 +448,7 @@ def check_preview(
         except (OSError, json.JSONDecodeError, AttributeError) as exc:
             raise PolicyPackError(f"--policy-pack-config {policy_config_path}: {exc}") from None
     project = load_project(program_dir)
-    config, _ = stack_config(stack_file(program_dir, project, stack), project["name"])
+    config, _ = program_config(program_dir, project, stack)
     with PolicyAnalyzer(
         pack_dir,
         project=project["name"],

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from components.aws.platform import efa_instance_types
 from components.config import load_config
+from components.config.files import load_project, stack_names
+from components.config.loading import stack_document
 from components.versions import (
     CHARTS,
     EFA_DEVICE_PLUGIN,
@@ -17,13 +17,12 @@ from components.versions import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-STACKS = sorted(p.name.split(".")[1] for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
+STACKS = stack_names(REPO_ROOT, load_project(REPO_ROOT))
 
 
 def stack_values(stack: str) -> dict:
-    """The stack file's config, keyed by schema field (as __main__.py decodes it)."""
-    document = yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
+    """The stack's config, keyed by schema field, as the program gets it."""
+    return stack_document(REPO_ROOT, stack)
 
 
 def _cloud(stack: str) -> str:

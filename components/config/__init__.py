@@ -3,6 +3,8 @@
 Modules, side by side:
 - `stack`: the root (`StackConfig`) and the settings every cloud shares (teams, GPU classes);
 - `aws`, `gcp`, `kubernetes`: one section each; `schema`: the blocks they are built of;
+- `files`: the program's stack files as the Pulumi CLI reads them (`stackConfigDir`, Pulumi.yaml's
+  `config:` defaults), for everything that reads one outside the engine;
 - `document` and `loading`: from config values to a validated `StackConfig`, or a `ConfigError`;
 - `capacity`: whether the stack's capacity can run its jobs, measured against the catalog.
 

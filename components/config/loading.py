@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, get_origin
 
 from pydantic import ValidationError
 
 from components.config.capacity import capacity_problems
 from components.config.document import decode_values, document_problems
+from components.config.files import load_project, program_config
 from components.config.gcp import environment_problem
 from components.config.stack import StackConfig
 
@@ -45,6 +47,18 @@ def load_values(values: Mapping[str, str], namespace: str) -> StackConfig:
     if problems:
         raise ConfigError(problems)
     return load_config(raw, namespace)
+
+
+def stack_document(program_dir: Path, stack: str) -> dict[str, Any]:
+    """A stack's config as the program sees it (Pulumi.yaml's defaults under the stack file's
+    values, `components.config.files`), as the document `load_config` validates: field -> value.
+    Raises ProgramInputError for a file that cannot be read, ConfigError for a key that cannot."""
+    project = load_project(program_dir)
+    values, _ = program_config(program_dir, project, stack)
+    raw, problems = decode_values(values, project["name"], STRING_FIELDS)
+    if problems:
+        raise ConfigError(problems)
+    return raw
 
 
 def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from components.config.files import ProgramInputError, load_project, stack_names
+from components.config.loading import ConfigError, stack_document
 from spotctl.policy_analyzer import check_preview
 from spotctl.preview import PreviewResource, preview_program
 from spotctl.review.costs import CostsError, team_costs
@@ -61,12 +63,17 @@ def quarter_of(day: date) -> str:
 
 
 def stacks(program: Path) -> list[str]:
-    return sorted(p.name.split(".")[1] for p in (program / "stacks").glob("Pulumi.*.yaml"))
+    try:
+        return stack_names(program, load_project(program))
+    except ProgramInputError as exc:
+        raise ReviewError(str(exc)) from None
 
 
 def stack_values(program: Path, stack: str) -> dict[str, Any]:
-    document = yaml.safe_load((program / "stacks" / f"Pulumi.{stack}.yaml").read_text()) or {}
-    return {key.split(":", 1)[-1]: value for key, value in (document.get("config") or {}).items()}
+    try:
+        return stack_document(program, stack)
+    except (ProgramInputError, ConfigError) as exc:
+        raise ReviewError(str(exc)) from None
 
 
 def _days(until: date, today: date) -> int:

@@ -281,6 +281,30 @@ def test_provider_data_gives_a_verdict_per_pool(tmp_path):
     assert any("provider-data.yaml was read 182 days ago" in f for f in review.flags)
 
 
+def test_the_review_reads_stacks_where_pulumi_does(tmp_path):
+    """The stack files in `stackConfigDir`, under Pulumi.yaml's `config:` defaults, as the CLI
+    reads them (Pulumi project file reference: `stackConfigDir`, project-level `config`)."""
+    (tmp_path / "Pulumi.yaml").write_text(
+        "name: spot-training\nruntime: python\nstackConfigDir: environments\n"
+        "config:\n  region:\n    type: string\n    default: us-west-2\n"
+    )
+    (tmp_path / "environments").mkdir()
+    (tmp_path / "environments" / "Pulumi.west.yaml").write_text(
+        "config:\n  spot-training:cloud: aws\n"
+        "  spot-training:gpu_classes: [{name: h100-80gb, instance_types: [p5.48xlarge]}]\n"
+    )
+    data = tmp_path / "provider-data.yaml"
+    data.write_text(
+        "date: 2026-11-01\nbands: ['<5%', '5-10%', '10-15%', '15-20%', '>20%']\n"
+        "aws:\n  us-west-2: {p5.48xlarge: '>20%'}\n"
+    )
+    review = Review("2026Q4", DAY)
+    review_provider_data(review, data, tmp_path, stacks(tmp_path))
+    [pool] = review.sections["provider_data"]["pools"]
+    assert (pool["stack"], pool["region"]) == ("west", "us-west-2")
+    assert pool["verdict"] == "replace p5.48xlarge (highest interruption band)"
+
+
 def test_a_drill_report_that_is_not_one_is_a_clear_error(tmp_path):
     (tmp_path / "notes.json").write_text('{"seed": 1}')
     with pytest.raises(ReviewError, match=r"notes.json: not a drill report \('jobs'\)"):
