@@ -1,6 +1,6 @@
 """The cloud-neutral contract between a cloud's layer and the Kubernetes layer.
 
-Each cloud (`components/aws`, later `components/gcp`) builds its network, cluster, pools, storage
+Each cloud (`components/aws`, `components/gcp`) builds its network, cluster, pools, storage
 and identities, and hands back one `Platform`. The Kubernetes layer consumes only this object, so
 it never needs to know which cloud it runs on.
 """

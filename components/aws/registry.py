@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-# Untagged images are build leftovers; a pushed release always carries its tag.
-UNTAGGED_EXPIRE_DAYS = 14
+from components.registry import UNTAGGED_EXPIRE_DAYS
 
 
 @dataclass(frozen=True)

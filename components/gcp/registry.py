@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
-from components.aws.registry import UNTAGGED_EXPIRE_DAYS
+from components.registry import UNTAGGED_EXPIRE_DAYS
 
 
 @dataclass(frozen=True)
