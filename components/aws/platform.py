@@ -39,6 +39,7 @@ from components.aws.registry import ImageRepository, ImageRepositoryArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
 from components.catalog import catalog
 from components.config import NOTICE_SOURCES, ConfigError, GpuVcpuQuota, StackConfig
+from components.config.aws import quota_field
 from components.config.capacity import creation_problems, starting_gpu_vcpus
 from components.k8s import monitoring
 from components.platform import Platform
@@ -313,12 +314,9 @@ def sns_receiver(topic_arn: pulumi.Input[str], region: str) -> dict:
 
 def requested_vcpus(quotas: dict[str, GpuVcpuQuota]) -> dict[tuple[str, str], int]:
     """(capacity, family) -> vCPUs, for the quotas the config requests."""
-    return {
-        (capacity, family): vcpus
+    requested = {
+        (capacity, family): getattr(quota, quota_field(family))
         for capacity, quota in quotas.items()
-        for family, vcpus in (
-            ("p-family", quota.p_family_vcpus),
-            ("g-family", quota.g_family_vcpus),
-        )
-        if vcpus is not None
+        for family in catalog("aws").quota_families
     }
+    return {key: vcpus for key, vcpus in requested.items() if vcpus is not None}

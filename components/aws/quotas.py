@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.catalog import catalog
+
 SERVICE = "ec2"
-# EC2 quota codes by (capacity, instance family group); the quotas count vCPUs.
+# EC2 quota codes by (capacity, quota family), from the catalog; the quotas count vCPUs.
 QUOTA_CODES = {
-    ("spot", "p-family"): "L-7212CCBC",  # All P Spot Instance Requests
-    ("spot", "g-family"): "L-3819A6DF",  # All G and VT Spot Instance Requests
-    ("on-demand", "p-family"): "L-417A185B",  # Running On-Demand P instances
-    ("on-demand", "g-family"): "L-DB2E81BA",  # Running On-Demand G and VT instances
+    (capacity, family): code
+    for family, quota in catalog("aws").quota_families.items()
+    for capacity, code in quota.quota_codes.items()
 }
 Quota = tuple[str, str]  # (capacity, family)
 

@@ -9,8 +9,16 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from components.catalog import catalog
 from components.config.schema import (
     DNS_LABEL,
     CreateOrAttach,
@@ -244,12 +252,28 @@ class CheckpointStorage(Model):
         return value
 
 
-class GpuVcpuQuota(Model):
-    """Requested vCPU limits of the GPU instance families (EC2 Service Quotas), for one capacity
-    type. Required for every family the stack's pools may launch: accounts start far below."""
+def quota_field(family: str) -> str:
+    """The field of `GpuVcpuQuota` that requests a quota family's vCPUs: "g-family" ->
+    "g_family_vcpus"."""
+    return f"{family.replace('-', '_')}_vcpus"
 
-    p_family_vcpus: int | None = Field(default=None, ge=1, description="P instances' vCPUs.")
-    g_family_vcpus: int | None = Field(default=None, ge=1, description="G and VT instances' vCPUs.")
+
+# One field per quota family of the catalog, so a new family needs no change here.
+GpuVcpuQuota = create_model(
+    "GpuVcpuQuota",
+    __base__=Model,
+    __doc__="Requested vCPU limits of the GPU instance families (EC2 Service Quotas), for one "
+    "capacity type. Required for every family the stack's pools may launch: accounts start far "
+    "below.",
+    __module__=__name__,
+    **{
+        quota_field(family): (
+            int | None,
+            Field(default=None, ge=1, description=f"{quota.name} instances' vCPUs."),
+        )
+        for family, quota in catalog("aws").quota_families.items()
+    },
+)
 
 
 class GpuAmi(Model):

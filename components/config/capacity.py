@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from components.catalog import Catalog, InstanceType, catalog, class_name
+from components.config.aws import quota_field
 from components.config.schema import duration_seconds
 from components.config.stack import GpuClass, StackConfig
 
@@ -48,8 +49,6 @@ DAEMONSET_MIB = 1024
 # a share of each band of the machine's memory, (GiB in the band, share); CPU as above. Its
 # eviction threshold is the same 100 MiB.
 GKE_MEMORY_RESERVED = ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02))
-# EC2 service quota groups of the GPU instance families, by the family's first letter.
-QUOTA_FAMILIES = {"p": "p_family_vcpus", "g": "g_family_vcpus"}
 
 
 @dataclass(frozen=True)
@@ -534,7 +533,7 @@ def _service_quota_problems(config: StackConfig, classes: dict, known: Catalog) 
     needs: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for index, gpu_class, types in classes.values():
         per_gpu = max(t.vcpus_per_gpu for t in types)
-        family = types[0].name[0]
+        family = types[0].quota_family
         for capacity in ("spot_gpus", "on_demand_gpus"):
             gpus = getattr(gpu_class, capacity)
             if gpus:
@@ -549,22 +548,20 @@ def _service_quota_problems(config: StackConfig, classes: dict, known: Catalog) 
         types = [known.instance_types[name] for name in buffer.instance_types]
         if types[0].gpus:
             vcpus = buffer.max_size * max(t.vcpus for t in types)
-            needs.setdefault(("on_demand_gpus", types[0].name[0]), []).append(
+            needs.setdefault(("on_demand_gpus", types[0].quota_family), []).append(
                 (vcpus, f"aws.pools.buffer.max_size = {buffer.max_size} nodes × vCPUs")
             )
     problems = []
     for (capacity, family), parts in sorted(needs.items()):
-        quota_field = "spot_gpu_quota" if capacity == "spot_gpus" else "on_demand_gpu_quota"
-        family_field = QUOTA_FAMILIES.get(family)
-        if family_field is None:
-            continue
+        quota = "spot_gpu_quota" if capacity == "spot_gpus" else "on_demand_gpu_quota"
+        family_field = quota_field(family)
         need = sum(vcpus for vcpus, _ in parts)
-        requested = getattr(getattr(config.aws, quota_field), family_field)
+        requested = getattr(getattr(config.aws, quota), family_field)
         if requested is None or requested < need:
             problems.append(
                 (
-                    f"aws.{quota_field}.{family_field}",
-                    f"the pools may launch {need} {family.upper()}-family vCPUs "
+                    f"aws.{quota}.{family_field}",
+                    f"the pools may launch {need} {family.capitalize()} vCPUs "
                     f"({' + '.join(why for _, why in parts)}) but "
                     + (
                         "no quota is requested"
@@ -584,10 +581,10 @@ def starting_gpu_vcpus(config: StackConfig) -> dict[tuple[str, str], int]:
     if buffer is None:
         return {}
     types = [catalog("aws").instance_types[name] for name in buffer.instance_types]
-    family = types[0].name[0]
-    if not types[0].gpus or family not in QUOTA_FAMILIES or not buffer.desired_size:
+    if not types[0].gpus or not buffer.desired_size:
         return {}
-    return {("on-demand", f"{family}-family"): buffer.desired_size * max(t.vcpus for t in types)}
+    vcpus = buffer.desired_size * max(t.vcpus for t in types)
+    return {("on-demand", types[0].quota_family): vcpus}
 
 
 def creation_problems(config: StackConfig, current: dict[tuple[str, str], int]) -> list[Problem]:
@@ -602,7 +599,7 @@ def creation_problems(config: StackConfig, current: dict[tuple[str, str], int]) 
             problems.append(
                 (
                     "aws.pools.buffer.desired_size",
-                    f"{size} GPU nodes at creation need {vcpus} {family[0].upper()}-family "
+                    f"{size} GPU nodes at creation need {vcpus} {family.capitalize()} "
                     f"{capacity} vCPUs, but the account's quota allows {allowed}"
                     " now and the request this `pulumi up` files is not granted yet; start the "
                     "buffer at 0 (its schedule grows it once the quota is granted)",

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from components.catalog import catalog
 from components.config.schema import (
     DNS_LABEL,
     CreateOrAttach,
@@ -51,17 +52,6 @@ DEFAULT_SHUTDOWN_GRACE_SECONDS = 30
 DEFAULT_CRITICAL_PODS_SECONDS = 15
 MAX_SHUTDOWN_GRACE_SECONDS = 120
 EXTENDED_GRACE_VERSION = "1.35.0-gke.1171000"
-
-# Accelerator types GKE nodes ask for -> the GPU family their Spot quota is metered under
-# (Compute Engine meters nvidia-h100-80gb as H100, with no 80GB in the name).
-PREEMPTIBLE_GPU_FAMILY = {
-    "nvidia-tesla-t4": "T4",
-    "nvidia-l4": "L4",
-    "nvidia-tesla-a100": "A100",
-    "nvidia-a100-80gb": "A100-80GB",
-    "nvidia-h100-80gb": "H100",
-    "nvidia-b200": "B200",
-}
 
 
 def gke_version_key(version: str) -> tuple[int, int, int, int]:
@@ -476,10 +466,11 @@ class GcpConfig(Model):
     @field_validator("spot_gpu_quota")
     @classmethod
     def _known_accelerators(cls, value: dict[str, int]) -> dict[str, int]:
-        unknown = sorted(set(value) - set(PREEMPTIBLE_GPU_FAMILY))
+        families = catalog("gcp").preemptible_gpu_families
+        unknown = sorted(set(value) - set(families))
         if unknown:
             raise ValueError(
                 f"unknown accelerator type(s) {unknown}; allowed values: "
-                + ", ".join(sorted(PREEMPTIBLE_GPU_FAMILY))
+                + ", ".join(sorted(families))
             )
         return value

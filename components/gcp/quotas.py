@@ -13,7 +13,6 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.catalog import catalog
-from components.config.gcp import PREEMPTIBLE_GPU_FAMILY
 
 if TYPE_CHECKING:
     from components.config import StackConfig
@@ -25,7 +24,8 @@ ALL_REGIONS_CPUS = "CPUS-ALL-REGIONS-per-project"
 
 def preemptible_gpu_quota_id(accelerator: str) -> str:
     """Compute Engine's quota id for Spot GPUs of this accelerator type, per region."""
-    return f"PREEMPTIBLE-NVIDIA-{PREEMPTIBLE_GPU_FAMILY[accelerator]}-GPUS-per-project-region"
+    family = catalog("gcp").preemptible_gpu_families[accelerator]
+    return f"PREEMPTIBLE-NVIDIA-{family}-GPUS-per-project-region"
 
 
 def all_regions_needs(settings: StackConfig) -> dict[str, int]:
@@ -61,11 +61,12 @@ class SpotGpuQuotasArgs:
     contact_email: str | None = None
 
     def __post_init__(self) -> None:
+        families = catalog("gcp").preemptible_gpu_families
         for accelerator, count in self.gpus.items():
-            if accelerator not in PREEMPTIBLE_GPU_FAMILY:
+            if accelerator not in families:
                 raise ValueError(
                     f"SpotGpuQuotasArgs.gpus: unknown accelerator type {accelerator!r}; allowed "
-                    f"values: {', '.join(sorted(PREEMPTIBLE_GPU_FAMILY))}"
+                    f"values: {', '.join(sorted(families))}"
                 )
             if count < 1:
                 raise ValueError(f"SpotGpuQuotasArgs.gpus[{accelerator!r}]: at least 1 GPU")

@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from stack_files import STACKS, stack_values
 
-from components.catalog import catalog, class_name
+from components.aws.quotas import QUOTA_CODES
+from components.catalog import CATALOG_FILE, CatalogError, catalog, class_name, read_catalog
 from components.config import ConfigError, load_config
 from components.config.capacity import allocatable
+from components.gcp.quotas import preemptible_gpu_quota_id
 
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
@@ -293,6 +296,62 @@ def test_catalog_rows_are_consistent(cloud):
     for regions in known.accelerator_zones.values():
         for region, zones in regions.items():
             assert zones and set(zones) <= set(known.zones[region]), region
+
+
+@pytest.mark.parametrize(
+    ("instance", "quota_family", "spot_code", "on_demand_code"),
+    [
+        # EC2 User Guide, "Spot Instance quotas" and "On-Demand Instance quotas": All G and VT
+        # Spot Instance Requests / Running On-Demand G and VT instances; All P Spot Instance
+        # Requests / Running On-Demand P instances; the codes Service Quotas gives them.
+        ("g6e.12xlarge", "g-family", "L-3819A6DF", "L-DB2E81BA"),
+        ("g5g.xlarge", "g-family", "L-3819A6DF", "L-DB2E81BA"),
+        ("p5.48xlarge", "p-family", "L-7212CCBC", "L-417A185B"),
+        ("p4de.24xlarge", "p-family", "L-7212CCBC", "L-417A185B"),
+    ],
+)
+def test_a_gpu_type_counts_against_its_ec2_quota(instance, quota_family, spot_code, on_demand_code):
+    assert catalog("aws").instance_types[instance].quota_family == quota_family
+    assert QUOTA_CODES[("spot", quota_family)] == spot_code
+    assert QUOTA_CODES[("on-demand", quota_family)] == on_demand_code
+
+
+def test_every_gpu_type_has_a_quota_every_capacity_can_request():
+    for instance in catalog("aws").instance_types.values():
+        if instance.gpus:
+            assert {("spot", instance.quota_family), ("on-demand", instance.quota_family)} <= set(
+                QUOTA_CODES
+            ), instance.name
+    for instance in catalog("gcp").instance_types.values():
+        if instance.gpus:
+            family = instance.quota_family
+            assert preemptible_gpu_quota_id(instance.gke_accelerator) == (
+                f"PREEMPTIBLE-NVIDIA-{family}-GPUS-per-project-region"
+            )
+
+
+GPU_TYPE = {"vcpus": 4, "memory_gib": 16, "gpus": 1, "gpu_memory_gib": 16, "architecture": "x86_64"}
+
+
+@pytest.mark.parametrize(
+    ("cloud", "name", "fields", "expected"),
+    [
+        # A VT type: guessed from its first letter, it would have escaped the quota checks.
+        ("aws", "vt9.xlarge", {"gpu": "u30"}, "'vt9.xlarge': its instance family 'vt9'"),
+        (
+            "gcp",
+            "z9-gpu-1g",
+            {"gpu": "z9", "gke_accelerator": "nvidia-z9"},
+            "'z9-gpu-1g': its accelerator 'nvidia-z9' has no preemptible GPU family",
+        ),
+    ],
+)
+def test_a_gpu_type_of_no_quota_family_is_an_error_naming_it(cloud, name, fields, expected):
+    document = yaml.safe_load(CATALOG_FILE.read_text())[cloud]
+    document["instance_types"][name] = {**GPU_TYPE, **fields}
+    with pytest.raises(CatalogError) as caught:
+        read_catalog(document)
+    assert expected in str(caught.value) and "components/catalog.yaml" in str(caught.value)
 
 
 def test_cli_refuses_a_template_that_fits_no_node_with_exit_2(program_copy):
