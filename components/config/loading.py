@@ -62,12 +62,8 @@ def stack_document(program_dir: Path, stack: str) -> dict[str, Any]:
 
 
 def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
-    """Validate the raw config map (field -> decoded value); raise ConfigError on any problem.
-
-    The document first (`components.config.document`), then the schema; then, on a valid
-    document, whether its capacity can run its jobs (`components.config.capacity`: catalog, classes,
-    quotas, fit).
-    """
+    """Validate the raw config map (field -> decoded value): the document, the schema, then the
+    capacity checks; raise ConfigError on any problem."""
     problems = document_problems(raw)
     if problems:
         raise ConfigError([(_path(loc), message) for loc, message in problems], namespace)
