@@ -70,7 +70,7 @@ def source_root(repo: Path, relative: Path) -> Path:
     return repo / relative
 
 
-def read_rooms(doc: Path) -> list[Room]:
+def read_rooms(repo: Path, doc: Path) -> list[Room]:
     rows = [
         [cell.strip() for cell in line.strip().strip("|").split("|")]
         for line in doc.read_text().splitlines()
@@ -78,10 +78,8 @@ def read_rooms(doc: Path) -> list[Room]:
     ]
     header = [i for i, row in enumerate(rows) if tuple(c.lower() for c in row) == TABLE_HEADER]
     assert header, f"{doc}: no table with the columns {' | '.join(TABLE_HEADER)}"
-    start = header[0]
-    repo = doc.parent.parent
     rooms = []
-    for name, where, _, may_import in rows[start + 2 :]:
+    for name, where, _, may_import in rows[header[0] + 2 :]:
         paths = tuple(re.findall(r"`([^`]+)`", where))
         allowed = {r.strip() for r in may_import.split(",")} - {"", "nothing"}
         modules = tuple(dotted_name(repo, Path(p)) for p in paths)
@@ -124,7 +122,8 @@ def read_imports(repo: Path, module: Module, modules: dict[str, Module]) -> list
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                parts = package.split(".")
+                anchor = parts[: len(parts) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             # `from a import b` imports the module a.b where there is one, else a name of a.
             targets = [
@@ -204,7 +203,7 @@ def room_of(module: str, rooms: list[Room]) -> Room | None:
 
 def findings(repo: Path, doc: Path) -> dict[str, str]:
     """What breaks the rules, as {key: lines that name the files and lines}."""
-    rooms = read_rooms(doc)
+    rooms = read_rooms(repo, doc)
     modules = read_modules(repo, rooms)
     imports = [i for m in modules.values() for i in read_imports(repo, m, modules)]
     found = {}
