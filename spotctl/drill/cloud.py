@@ -120,7 +120,6 @@ class FisDrill:
             "StartExperiment",
             self.client.start_experiment,
             experimentTemplateId=template["id"],
-            tags=self.tags,
         )["experiment"]
         while True:
             experiment = self._call("GetExperiment", self.client.get_experiment, id=started["id"])[
