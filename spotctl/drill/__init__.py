@@ -111,7 +111,8 @@ def command(
         typer.Option(help=f"--cloud-run on GKE: share of them, in % (default {GKE_PERCENT})."),
     ] = None,
 ) -> None:
-    """Run training jobs on an emulated spot pool, preempt them, and measure the recovery."""
+    """Run training jobs on an emulated spot pool, preempt them, and measure the recovery; with
+    --cloud-run, take a deployed stack's spot nodes away and report from its goodput ledger."""
     from rich.console import Console
 
     from spotctl.drill.run import run_drill
