@@ -505,3 +505,40 @@ def test_a_gke_drill_preempts_half_the_class_running_spot_vms(
     zone = GCP_PROD.zones[0]
     assert report["config"]["target"] == {"nodes": [f"{zone}/gke-c-node-1", f"{zone}/gke-c-node-2"]}
     assert set(report["goodput"]["jobs"]) == {"vision/llama", "language/bert"}
+
+
+def test_an_experiment_that_fails_is_reported_in_one_line() -> None:
+    """moto's FIS always completes; a failed experiment comes from botocore's Stubber, which
+    checks each request and answer against FIS's service model."""
+    from datetime import UTC, datetime
+
+    from botocore.stub import Stubber
+
+    from spotctl.drill.cloud import CloudRunError, FisDrill
+
+    client = boto3.client(
+        "fis",
+        region_name=PROD.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    pool = f"{PROD.aws.spot_drill.gpu_class}-spot"
+    summary = {"id": "EXT1", "tags": {"env": PROD.environment, DRILL_TAG: pool}}
+    state = {"status": "failed", "reason": "Target resolution failed"}
+    now = datetime.now(UTC)
+    with Stubber(client) as stub:
+        stub.add_response("list_experiment_templates", {"experimentTemplates": [summary]})
+        stub.add_response(
+            "start_experiment",
+            {"experiment": {"id": "EXP1", "state": {"status": "initiating"}}},
+            {"experimentTemplateId": "EXT1"},  # boto3 adds the clientToken after the stub
+        )
+        stub.add_response(
+            "get_experiment",
+            {"experiment": {"id": "EXP1", "state": state, "startTime": now, "endTime": now}},
+            {"id": "EXP1"},
+        )
+        with pytest.raises(CloudRunError) as failed:
+            FisDrill(PROD, "prod", client).run(no_wait)
+        stub.assert_no_pending_responses()
+    assert str(failed.value) == "FIS experiment EXP1 ended failed: Target resolution failed"
