@@ -21,17 +21,18 @@ class CloudRunInputError(Exception):
     """A bad input: one line, exit 2."""
 
 
-def read_stack(program: Path, stack: str) -> StackConfig:
+def read_stack(program: Path, stack: str, option: str = "--cloud-run") -> StackConfig:
+    """The stack's config; a missing or invalid one is one line naming the option."""
     from spotctl.review.collect import stack_values
 
     try:
         return load_config(stack_values(program, stack))
     except OSError as exc:
-        raise CloudRunInputError(f"--cloud-run {stack}: no such stack ({exc.strerror})") from None
+        raise CloudRunInputError(f"{option} {stack}: no such stack ({exc.strerror})") from None
     except ConfigError as exc:
         path, message = exc.problems[0]
         more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
-        raise CloudRunInputError(f"--cloud-run {stack}: {path}: {message}{more}") from None
+        raise CloudRunInputError(f"{option} {stack}: {path}: {message}{more}") from None
 
 
 def _check(run: CloudRun, dry_run: bool) -> None:

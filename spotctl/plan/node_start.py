@@ -12,10 +12,11 @@ PULL, STREAM, CACHE = "pull", "stream", "cache"
 IMAGE_MECHANISMS = (PULL, STREAM, CACHE)
 CLOUDS_OF = {PULL: ("aws", "gcp"), STREAM: ("gcp",), CACHE: ("aws",)}
 STACK_SETTING = {
-    PULL: "neither",
+    PULL: "neither gcp.image_streaming nor aws.gpu_ami.image_cache_snapshot",
     STREAM: "gcp.image_streaming",
     CACHE: "aws.gpu_ami.image_cache_snapshot",
 }
+"""The stack setting that makes each way the one in use."""
 
 NODE_PROVISION_S = 90.0
 """A new node launched and joined: 45-90 s with Karpenter on EKS (EKS scaling guide of the
@@ -81,7 +82,6 @@ class NodeStart:
             "image_s": self.image_s,
             "image_source": SOURCES[self.mechanism]
             + (f" ({PULL_GB_PER_S:g} GB/s)" if self.mechanism == PULL else ""),
-            "image_stack_setting": STACK_SETTING[self.mechanism],
             "process_start_s": PROCESS_START_S,
             "node_start_sources": {
                 key: SOURCES[key] for key in ("node_provision_s", "process_start_s")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stack_files import REPO_ROOT
 from typer.testing import CliRunner
 
 from spotctl.cli import app
@@ -333,3 +334,46 @@ def test_free_spot_keeps_the_json_strict(tmp_path: Path) -> None:
     assert report["breakeven_interruptions_per_hour"] is None
     assert report["expected_cost_ratio"] == 0
     assert "never: spot is free" in result.output
+
+
+@pytest.mark.parametrize(
+    ("cloud", "stack", "image", "setting"),
+    [
+        ("gcp", "gcp-prod", "stream", "gcp.image_streaming"),
+        ("aws", "prod", "pull", "neither gcp.image_streaming nor aws.gpu_ami.image_cache_snapshot"),
+    ],
+)
+def test_the_stack_says_how_its_nodes_get_the_image(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cloud: str,
+    stack: str,
+    image: str,
+    setting: str,
+) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    args = ["--cloud", cloud, "--state-gb", "10", "--interruption-band", "<5%", "--step-s", "1",
+            "--job-hours", "24", "--stack", stack]  # fmt: skip
+    a = plan(tmp_path, *args)["assumptions"]
+    assert a["image"] == image and a["image_from"] == f"--stack {stack}: {setting}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cloud", "aws", "--stack", "gcp-prod"], "--stack gcp-prod is a gcp stack, not aws"),
+        (["--cloud", "aws", "--stack", "nowhere"], "--stack nowhere: no such stack"),
+        (
+            ["--cloud", "aws", "--stack", "prod", "--image", "pull"],
+            "give one of --image and --stack",
+        ),
+    ],
+)
+def test_a_bad_stack_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    common = ["--state-gb", "10", "--interruption-band", "<5%", "--step-s", "1", "--job-hours", "1"]
+    result = CliRunner().invoke(app, ["plan", *args, *common])
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
