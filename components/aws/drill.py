@@ -23,6 +23,9 @@ NODEPOOL_TAG = "karpenter.sh/nodepool"
 CLUSTER_TAG = "eks:eks-cluster-name"
 # EC2's two-minute warning, as a real interruption gives it.
 NOTICE = "PT2M"
+# The template's own tag naming the pool it hits; with the cost tags' `env` it is how
+# `spotctl drill --cloud-run` finds the stack's template (FIS ListExperimentTemplates gives tags).
+DRILL_TAG = "spot-drill"
 
 
 def interruption_policy(cluster_name: str, pool_name: str) -> dict:
@@ -125,7 +128,7 @@ class SpotDrill(pulumi.ComponentResource):
             ],
             # The drill is the point; the runtime's metrics judge it afterwards.
             stop_conditions=[{"source": "none"}],
-            tags=args.tags,
+            tags={**args.tags, DRILL_TAG: args.pool_name},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
         )
         self.template_id = template.id

@@ -1,7 +1,9 @@
 """`spotctl drill`: the local recovery drill, on an embedded default that runs in a few minutes.
 
 Real trainers, real preemption notices through per-node metadata servers, a real S3-API server;
-then a baseline arm that meets the same interruption schedule without the platform.
+then a baseline arm that meets the same interruption schedule without the platform. With
+`--cloud-run STACK`, the monthly cloud drill instead (cloud_run.py): spot nodes of one class taken
+away on real capacity, the report from the cluster's goodput ledger.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from spotctl.drill.config import DrillConfig, Prices
+from spotctl.drill.config import GKE_PERCENT, RECOVERY_S, CloudRun, DrillConfig, Prices
 from spotctl.outputs import OutputDirectory, OutputError, fail, output_file
 
 D = DrillConfig
@@ -81,11 +83,46 @@ def command(
     force: Annotated[
         bool, typer.Option("--force", help="Write into an --out that holds other files too.")
     ] = False,
+    cloud_run: Annotated[
+        str | None,
+        typer.Option(
+            "--cloud-run",
+            help="Instead of the local drill: take spot nodes of one class of this stack away "
+            "on its cloud (EKS: its FIS template; GKE: simulated maintenance on Spot VMs).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="--cloud-run: print what it would do; touch nothing.")
+    ] = False,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(help="--cloud-run: URL of the cluster's Prometheus (e.g. a port-forward)."),
+    ] = None,
+    recovery_s: Annotated[
+        float,
+        typer.Option(help="--cloud-run: seconds the runs have to recover after the interruptions."),
+    ] = RECOVERY_S,
+    gpu_class: Annotated[
+        str | None,
+        typer.Option(help="--cloud-run on GKE: the class whose Spot VMs go (default: the first)."),
+    ] = None,
+    percent: Annotated[
+        int | None,
+        typer.Option(help=f"--cloud-run on GKE: share of them, in % (default {GKE_PERCENT})."),
+    ] = None,
 ) -> None:
-    """Run training jobs on an emulated spot pool, preempt them, and measure the recovery."""
+    """Run training jobs on an emulated spot pool, preempt them, and measure the recovery; with
+    --cloud-run, take a deployed stack's spot nodes away and report from its goodput ledger."""
     from rich.console import Console
 
     from spotctl.drill.run import run_drill
+
+    if cloud_run is not None:
+        run = CloudRun(cloud_run, prometheus, recovery_s, gpu_class, percent)
+        _cloud(run, dry_run, json_path)
+        return
+    if dry_run:
+        raise fail(OutputError("--dry-run goes with --cloud-run: the local drill touches no cloud"))
 
     if size not in ("small", "medium"):
         raise typer.BadParameter("--size must be small or medium", param_hint="--size")
@@ -141,3 +178,27 @@ def command(
         or (check is not None and not check["within_tolerance"])
     ):
         raise typer.Exit(1)
+
+
+def _cloud(run: CloudRun, dry_run: bool, json_path: Path | None) -> None:
+    """The cloud drill: a bad input is one line and exit 2, a cloud that fails it exit 1."""
+    from rich.console import Console
+
+    from spotctl.drill.cloud import CloudRunError
+    from spotctl.drill.cloud_run import CloudRunInputError, cloud_drill
+    from spotctl.drill.ledger import PrometheusError
+    from spotctl.preview import PreviewError, find_program
+
+    try:
+        if json_path is not None:
+            output_file(json_path, "--json")
+        program = find_program(Path.cwd())
+    except (OutputError, PreviewError) as exc:
+        raise fail(OutputError(str(exc))) from None
+    try:
+        cloud_drill(run, dry_run, json_path, Console(), program)
+    except CloudRunInputError as exc:
+        raise fail(OutputError(str(exc))) from None
+    except (CloudRunError, PrometheusError) as exc:
+        typer.echo(f"cloud drill failed: {exc}", err=True)
+        raise typer.Exit(1) from None

@@ -9,6 +9,11 @@ CLOUD_SECONDS_PER_DRILL_SECOND = 60.0
 3 minutes on the cloud (the planner's node start, 180 s)."""
 SEED_MANUAL_RECOVERY_S = 40 * 60.0
 """Recovery after a recall by hand, without the platform: about 40 minutes (the seed's case)."""
+RECOVERY_S = 1800.0
+"""The cloud drill: after the interruptions, how long the runs have to be training again (a new
+node, the image, the restore: the planner's restart is a few minutes), with room to spare."""
+GKE_PERCENT = 50
+"""The cloud drill on GKE: the share of the class's Spot VMs it takes away, as docs suggest."""
 
 
 @dataclass(frozen=True)
@@ -114,3 +119,17 @@ class DrillConfig:
             problems.append("prices must be positive")
         if problems:
             raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class CloudRun:
+    """`spotctl drill --cloud-run`: what to take away and where to read the ledger."""
+
+    stack: str
+    prometheus: str | None
+    """URL of the cluster's Prometheus; only a dry run goes without."""
+    recovery_s: float = RECOVERY_S
+    gpu_class: str | None = None
+    """GKE: the class whose Spot VMs go (default: the stack's first); AWS: aws.spot_drill's."""
+    percent: int | None = None
+    """GKE: the share of them (default GKE_PERCENT); AWS: aws.spot_drill's."""

@@ -17,6 +17,7 @@ from spotctl.drill.config import CLOUD_SECONDS_PER_DRILL_SECOND, SEED_MANUAL_REC
 from spotctl.drill.validation import drill_job
 from spotctl.plan import BANDS, FAILURES_PER_NODE_HOUR, band_rate
 from spotctl.plan.model import HOUR_S, SpotJob, expected, interval_s
+from spotctl.plan.report import BADPUT_GOAL
 
 JOB_HOURS = 24.0
 """Training a model needs with no interruption."""
@@ -53,8 +54,8 @@ def _row(job: SpotJob, interval: float, manual_s: float) -> dict:
 
 
 def project(report: dict) -> dict:
-    """Per band: the platform's and the baseline's badput (idle share), time to a model,
-    manual interventions and recovery."""
+    """Per band: the platform's and the baseline's badput (the seed's idle share, held to
+    BADPUT_GOAL), time to a model, manual interventions and recovery."""
     rows = {}
     for band in PROJECTED_BANDS:
         job, cadence_s = cloud_job(report, band)
@@ -63,4 +64,9 @@ def project(report: dict) -> dict:
             "platform": _row(job, interval_s(job), 0.0),
             "baseline": _row(manual, cadence_s, SEED_MANUAL_RECOVERY_S),
         }
-    return {"job_hours": JOB_HOURS, "bands": rows, "band_rates": {b: BANDS[b] for b in rows}}
+    return {
+        "job_hours": JOB_HOURS,
+        "bands": rows,
+        "band_rates": {b: BANDS[b] for b in rows},
+        "badput_goal": BADPUT_GOAL,
+    }

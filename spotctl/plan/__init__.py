@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +22,16 @@ from spotctl.drill.config import Prices
 from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
 from spotctl.plan.model import HOUR_S, SpotJob, expected, interval_s
+from spotctl.plan.node_start import (
+    CACHE,
+    CLOUDS_OF,
+    IMAGE_MECHANISMS,
+    PULL,
+    STACK_SETTING,
+    STREAM,
+    TRAINING_IMAGE_GB,
+    NodeStart,
+)
 from spotctl.plan.report import CAUSE_INPUTS
 
 # AWS Spot Instance Advisor's "frequency of interruption": the share of a type's capacity
@@ -76,6 +87,9 @@ class Inputs:
     checkpoint_s: float | None = None
     save_s: float | None = None
     restart_s: float | None = None
+    image_gb: float | None = None
+    image: str | None = None
+    stack: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +114,9 @@ def scenario(i: Inputs) -> Scenario:
     if state_gb is None:
         raise PlanError("--state-gb is required" + (" with a drill report" if measured else ""))
     shard_gb = state_gb / i.nodes
-    base = measured.at(shard_gb) if measured else costs.from_size(shard_gb)
+    mechanism, mechanism_source = _image(i)
+    start = NodeStart(TRAINING_IMAGE_GB if i.image_gb is None else i.image_gb, mechanism)
+    base = (measured.at if measured else costs.from_size)(shard_gb, start.total_s)
     blocked = i.checkpoint_s if i.checkpoint_s is not None else base.blocked_s
     save = i.save_s if i.save_s is not None else blocked + base.save_s - base.blocked_s
     if save < blocked:
@@ -168,6 +184,12 @@ def scenario(i: Inputs) -> Scenario:
             if value is not None
         ],
         **(measured.assumptions() if measured else _size_assumptions()),
+        # A new node's start, where the restart derives from it.
+        **(
+            {**start.assumptions(i.image_gb is not None), "image_from": mechanism_source}
+            if i.restart_s is None and not (measured and measured.kind == "drill")
+            else {}
+        ),
         "spot_price": spot,
         "on_demand_price": on_demand,
         "price_source": price_source,
@@ -176,7 +198,7 @@ def scenario(i: Inputs) -> Scenario:
     if i.save_s is not None or (measured and measured.kind == "drill"):
         sized = None
     else:
-        sized = measured.at if measured else costs.from_size
+        sized = partial(measured.at if measured else costs.from_size, node_start_s=start.total_s)
     return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions)
 
 
@@ -193,6 +215,7 @@ def _check(i: Inputs) -> None:
         "--on-demand-price": i.on_demand_price,
         "--checkpoint-s": i.checkpoint_s,
         "--save-s": i.save_s,
+        "--image-gb": i.image_gb,
     }
     non_negative = {
         "--interruptions-per-hour": i.interruptions_per_hour,
@@ -209,6 +232,15 @@ def _check(i: Inputs) -> None:
             raise PlanError(f"{name} must be zero or more, not {value:g}")
     if i.cloud not in NOTICE_SECONDS:
         raise PlanError(f"--cloud must be one of {', '.join(NOTICE_SECONDS)}, not {i.cloud!r}")
+    if i.image is not None and i.stack is not None:
+        raise PlanError("give one of --image and --stack: the stack says how nodes get the image")
+    if i.image is not None and i.image not in IMAGE_MECHANISMS:
+        raise PlanError(f"--image must be one of {', '.join(IMAGE_MECHANISMS)}, not {i.image!r}")
+    if i.image is not None and i.cloud not in CLOUDS_OF[i.image]:
+        raise PlanError(
+            f"--image {i.image} is not available on {i.cloud} (only on "
+            f"{', '.join(CLOUDS_OF[i.image])})"
+        )
     if i.nodes < 1:
         raise PlanError(f"--nodes must be at least 1, not {i.nodes}")
     if (i.interruptions_per_hour is None) == (i.interruption_band is None):
@@ -219,6 +251,29 @@ def _check(i: Inputs) -> None:
         )
     if (i.spot_price is None) != (i.on_demand_price is None):
         raise PlanError("--spot-price and --on-demand-price go together")
+
+
+def _image(i: Inputs) -> tuple[str, str]:
+    """How a new node gets the training image, and where that comes from: --image, the stack's
+    settings (--stack), or a plain pull."""
+    if i.stack is None:
+        return (i.image, "--image") if i.image else (PULL, "default: a plain pull")
+    from spotctl.drill.cloud_run import CloudRunInputError, read_stack
+    from spotctl.preview import PreviewError, find_program
+
+    try:
+        settings = read_stack(find_program(Path.cwd()), i.stack, "--stack")
+    except (CloudRunInputError, PreviewError) as exc:
+        raise PlanError(str(exc)) from None
+    if settings.cloud != i.cloud:
+        raise PlanError(f"--stack {i.stack} is a {settings.cloud} stack, not {i.cloud}")
+    if settings.gcp is not None and settings.gcp.image_streaming:
+        mechanism = STREAM
+    elif settings.aws is not None and settings.aws.gpu_ami.image_cache_snapshot:
+        mechanism = CACHE
+    else:
+        mechanism = PULL
+    return mechanism, f"--stack {i.stack}: {STACK_SETTING[mechanism]}"
 
 
 def _interruption_rate(i: Inputs) -> tuple[float, str]:
@@ -302,6 +357,23 @@ def command(
         float | None,
         typer.Option(help="Seconds from an interruption to training again: node, pod, restore."),
     ] = None,
+    image_gb: Annotated[
+        float | None,
+        typer.Option(
+            help="Size of the training image in GB (default: the training image's, estimated)."
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="How a new node gets the image: pull (default), stream (GKE image streaming, "
+            "gcp.image_streaming) or cache (EKS, aws.gpu_ami.image_cache_snapshot)."
+        ),
+    ] = None,
+    stack: Annotated[
+        str | None,
+        typer.Option(help="Instead of --image: the stack whose settings say it."),
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the plan as JSON here.")
     ] = None,
@@ -333,6 +405,9 @@ def command(
         checkpoint_s=checkpoint_s,
         save_s=save_s,
         restart_s=restart_s,
+        image_gb=image_gb,
+        image=image,
+        stack=stack,
     )
     try:
         for path, option in ((json_path, "--json"), (png, "--png")):

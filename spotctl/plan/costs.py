@@ -18,9 +18,6 @@ UPLOAD_GB_PER_S = 1.0
 """Multipart upload to S3 or GCS from one node (8 Gbit/s)."""
 DOWNLOAD_GB_PER_S = 2.0
 """Ranged parallel download from S3 or GCS to one node (16 Gbit/s)."""
-NODE_START_S = 180.0
-"""From an interruption to the pod running on a new GPU node: provisioning, boot, image pull,
-Python and framework imports. The restore comes on top."""
 GB = 1e9
 
 
@@ -37,23 +34,25 @@ class Costs:
     restart_s: float
 
 
-def from_size(shard_gb: float) -> Costs:
+def from_size(shard_gb: float, node_start_s: float) -> Costs:
+    """A node's costs for its shard; its restart is a new node's start (node_start.py) and the
+    restore."""
     blocked = shard_gb / STAGE_GB_PER_S
     restore = shard_gb / DOWNLOAD_GB_PER_S
-    return Costs(blocked, blocked + shard_gb / UPLOAD_GB_PER_S, restore, NODE_START_S + restore)
+    return Costs(blocked, blocked + shard_gb / UPLOAD_GB_PER_S, restore, node_start_s + restore)
 
 
 SIZE_ASSUMPTIONS = {
     "stage_gb_per_s": STAGE_GB_PER_S,
     "upload_gb_per_s": UPLOAD_GB_PER_S,
     "download_gb_per_s": DOWNLOAD_GB_PER_S,
-    "node_start_s": NODE_START_S,
 }
 
 
 @dataclass(frozen=True)
 class Measured:
-    """Costs read from a file; `at(shard_gb)` gives them for a node's shard of that size."""
+    """Costs read from a file; `at(shard_gb, node_start_s)` gives them for a node's shard of that
+    size."""
 
     kind: str
     """bench or drill."""
@@ -64,14 +63,14 @@ class Measured:
     drill: Costs | None = None
     """drill: the median final save and restart it measured."""
 
-    def at(self, shard_gb: float) -> Costs:
+    def at(self, shard_gb: float, node_start_s: float) -> Costs:
         if self.drill is not None:
-            blocked = from_size(shard_gb).blocked_s
+            blocked = shard_gb / STAGE_GB_PER_S
             return Costs(blocked, max(self.drill.save_s, blocked), None, self.drill.restart_s)
         blocked, save, restore = (
             _interpolate([(p[0], p[column]) for p in self.points], shard_gb) for column in (1, 2, 3)
         )
-        return Costs(blocked, save, restore, NODE_START_S + restore)
+        return Costs(blocked, save, restore, node_start_s + restore)
 
     def assumptions(self) -> dict:
         if self.kind == "drill":
@@ -85,7 +84,6 @@ class Measured:
             "costs_from": "benchmark: linear in state size between its measured sizes, "
             "proportional to the nearest one outside them",
             "measured_state_gb": [p[0] for p in self.points],
-            "node_start_s": NODE_START_S,
         }
 
 

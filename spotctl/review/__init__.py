@@ -38,7 +38,9 @@ def command(
     drill_reports: Annotated[
         Path | None,
         typer.Option(
-            "--drill-reports", help="Directory of the quarter's `spotctl drill --json` reports."
+            "--drill-reports",
+            help="Directory of the quarter's `spotctl drill --json` reports (the cloud drill's in "
+            "its cloud/ folder).",
         ),
     ] = None,
     costs: Annotated[

@@ -327,31 +327,40 @@ def review_runbooks(review: Review, previews: dict[str, list[PreviewResource]]) 
 
 
 def review_drills(review: Review, directory: Path | None) -> None:
-    """The quarter's saved drill reports (`spotctl drill --json`), one row each."""
+    """The quarter's saved drill reports, one row each: the local drill's (`spotctl drill
+    --json`) in the directory, the cloud drill's (`--cloud-run`) in its `cloud/` folder. A cloud
+    run has no reference weights and no end: it is judged by its runs training again."""
     rows = []
-    for path in sorted(directory.glob("*.json")) if directory else []:
+    paths = (
+        sorted([*directory.glob("*.json"), *directory.glob("cloud/*.json")]) if directory else []
+    )
+    for path in paths:
         try:
             report = json.loads(path.read_text())
             jobs, goals = report["jobs"], report["goals"]
         except (ValueError, KeyError, TypeError) as exc:
             raise ReviewError(f"{path}: not a drill report ({exc})") from None
-        goodput = report.get("goodput", goals.get("goodput"))
+        goodput = goals.get("goodput", report.get("goodput"))
         if isinstance(goodput, dict):
-            goodput = goodput.get("goodput", goodput.get("share"))
+            goodput = goodput.get("ratio", goodput.get("goodput", goodput.get("share")))
+        cloud = report.get("kind") == "cloud"
         row = {
-            "report": path.name,
+            "report": path.relative_to(directory).as_posix(),
+            "kind": "cloud" if cloud else "local",
             "duration_s": report.get("duration_s"),
             "interruptions": len(report.get("interruptions", [])),
             "jobs": len(jobs),
-            "finished": sum(bool(j.get("finished")) for j in jobs),
-            "weights_match": bool(goals.get("weights_match_references")),
-            "saving_share": report.get("cost", {}).get("saving_share"),
+            "finished": sum(bool(j.get("recovered" if cloud else "finished")) for j in jobs),
+            "weights_match": None if cloud else bool(goals.get("weights_match_references")),
+            "saving_share": (report.get("cost") or {}).get("saving_share"),
             "idle_share": goals.get("idle_share"),
             "goodput": goodput,
         }
         rows.append(row)
-        if row["finished"] < row["jobs"] or not row["weights_match"]:
-            review.flags.append(f"drill {path.name}: a job did not recover exactly")
+        if cloud and row["finished"] < row["jobs"]:
+            review.flags.append(f"drill {row['report']}: a run was not training again at its end")
+        elif not cloud and (row["finished"] < row["jobs"] or not row["weights_match"]):
+            review.flags.append(f"drill {row['report']}: a job did not recover exactly")
     if directory is not None and not rows:
         review.flags.append(f"no drill reports in {directory}")
     if directory is None:

@@ -33,6 +33,7 @@ TABLES = (
         ("drills",),
         (
             "report",
+            "kind",
             "duration_s",
             "interruptions",
             "jobs",

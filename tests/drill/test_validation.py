@@ -96,3 +96,24 @@ def test_the_seeds_table_is_projected_at_the_advisors_bands() -> None:
         assert platform["recovery_s"] + 40 * 60 == pytest.approx(baseline["recovery_s"])
     # A worse band costs the baseline more than the platform.
     assert bands[">20%"]["baseline"]["badput"] > bands["<5%"]["baseline"]["badput"]
+
+
+def test_the_projection_holds_the_platform_to_the_seeds_badput_goal() -> None:
+    """One goal for the planner and the projection: the seed's badput (every cause) of paid
+    time; a band whose projected badput misses it says so."""
+    from rich.console import Console
+
+    from spotctl.drill.projection import project
+    from spotctl.drill.report import projection_table
+    from spotctl.plan.report import BADPUT_GOAL
+
+    projected = project(REPORT)
+    assert projected["badput_goal"] == BADPUT_GOAL
+    console = Console(width=200, record=True)
+    console.print(projection_table(projected))
+    text = console.export_text()
+    assert f"badput (goal <= {BADPUT_GOAL:.0%})" in text
+    for band, arms in projected["bands"].items():
+        badput = arms["platform"]["badput"]
+        verdict = "met" if badput <= BADPUT_GOAL else "MISSED"
+        assert f"{badput:.1%} ({verdict})" in text, band

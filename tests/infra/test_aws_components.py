@@ -13,6 +13,7 @@ from stack_files import REPO_ROOT, stack_values
 
 from components.aws.addons import NETWORK_ADDONS, NODE_ADDONS
 from components.aws.cluster import ClusterArgs, kubeconfig
+from components.aws.drill import DRILL_TAG
 from components.aws.iam import TeamTrainingRoleArgs
 from components.aws.interruption import EVENT_PATTERNS
 from components.aws.karpenter import NAMESPACE, SERVICE_ACCOUNT
@@ -778,6 +779,9 @@ def test_the_cloud_drill_interrupts_a_share_of_one_class_spot_nodes_and_nothing_
     assert action["parameters"] == [{"key": "durationBeforeInterruption", "value": "PT2M"}]
     assert action["target"] == {"key": "SpotInstances", "value": target["name"]}
     assert template.inputs["stopConditions"] == [{"source": "none"}]
+    # What `spotctl drill --cloud-run` finds it by: the stack's env and the pool it hits.
+    assert template.inputs["tags"]["env"] == PROD.environment
+    assert template.inputs["tags"][DRILL_TAG] == tags["karpenter.sh/nodepool"]
     parts = prod.children(prod.one("spot:aws:SpotDrill"))
     (role,) = [r for r in parts if r.type == "aws:iam/role:Role"]
     (policy,) = [r for r in parts if r.type == "aws:iam/rolePolicy:RolePolicy"]

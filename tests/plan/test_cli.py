@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stack_files import REPO_ROOT
 from typer.testing import CliRunner
 
 from spotctl.cli import app
@@ -158,7 +159,50 @@ def test_what_if_overrides_replace_the_derived_costs(tmp_path: Path) -> None:
     # Young/Daly: a quarter of the blocking cost, about half the interval.
     assert what_if["interval_s"] / base["interval_s"] == pytest.approx(0.5, rel=0.02)
     restarts = [r["badput_by_cause"]["restarts"] for r in (base, what_if)]
-    assert restarts[1] == pytest.approx(restarts[0] * 900 / 230, rel=0.02)
+    base_restart = base["assumptions"]["restart_s"]
+    assert restarts[1] == pytest.approx(restarts[0] * 900 / base_restart, rel=0.02)
+    assert "node_start_s" not in a  # the restart no longer derives from the image
+
+
+@pytest.mark.parametrize(
+    ("cloud", "image", "image_s"),
+    [("aws", "pull", 100.0), ("gcp", "stream", 2.0), ("aws", "cache", 0.0)],
+)
+def test_the_restart_derives_from_the_image_and_how_a_node_gets_it(
+    tmp_path: Path, cloud: str, image: str, image_s: float
+) -> None:
+    """A new node, the image (6 GB pulled at the published 0.06 GB/s, streamed in a couple of
+    seconds, or already on the node's data volume), the process's start, the restore."""
+    from spotctl.plan.node_start import NODE_PROVISION_S, PROCESS_START_S, SOURCES
+
+    args = ["--cloud", cloud, "--state-gb", "10", "--interruption-band", "<5%", "--step-s", "1",
+            "--job-hours", "24", "--image", image]  # fmt: skip
+    a = plan(tmp_path, *args)["assumptions"]
+    assert a["image"] == image and a["image_s"] == image_s and a["image_gb"] == 6.0
+    assert a["node_start_s"] == NODE_PROVISION_S + image_s + PROCESS_START_S
+    assert a["restart_s"] == a["node_start_s"] + a["restore_s"]
+    assert a["image_source"].startswith(SOURCES[image]) and "estimated" in a["image_gb_source"]
+    bigger = plan(tmp_path, *args, "--image-gb", "12")["assumptions"]
+    assert bigger["image_gb_source"] == "--image-gb"
+    # Only a pull grows with the image.
+    assert bigger["image_s"] == (2 * image_s if image == "pull" else image_s)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cloud", "aws", "--image", "stream"], "--image stream is not available on aws"),
+        (["--cloud", "gcp", "--image", "cache"], "--image cache is not available on gcp"),
+        (["--cloud", "gcp", "--image", "lazy"], "--image must be one of pull, stream, cache"),
+        (["--cloud", "gcp", "--image-gb", "0"], "--image-gb must be a positive number"),
+    ],
+)
+def test_a_bad_image_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "plan.json"
+    common = ["--state-gb", "10", "--interruption-band", "<5%", "--step-s", "1", "--job-hours", "1"]
+    result = CliRunner().invoke(app, ["plan", *args, *common, "--json", str(out)])
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
 
 
 def test_bench_sweep_is_interpolated_by_state_size(tmp_path: Path) -> None:
@@ -290,3 +334,46 @@ def test_free_spot_keeps_the_json_strict(tmp_path: Path) -> None:
     assert report["breakeven_interruptions_per_hour"] is None
     assert report["expected_cost_ratio"] == 0
     assert "never: spot is free" in result.output
+
+
+@pytest.mark.parametrize(
+    ("cloud", "stack", "image", "setting"),
+    [
+        ("gcp", "gcp-prod", "stream", "gcp.image_streaming"),
+        ("aws", "prod", "pull", "neither gcp.image_streaming nor aws.gpu_ami.image_cache_snapshot"),
+    ],
+)
+def test_the_stack_says_how_its_nodes_get_the_image(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cloud: str,
+    stack: str,
+    image: str,
+    setting: str,
+) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    args = ["--cloud", cloud, "--state-gb", "10", "--interruption-band", "<5%", "--step-s", "1",
+            "--job-hours", "24", "--stack", stack]  # fmt: skip
+    a = plan(tmp_path, *args)["assumptions"]
+    assert a["image"] == image and a["image_from"] == f"--stack {stack}: {setting}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cloud", "aws", "--stack", "gcp-prod"], "--stack gcp-prod is a gcp stack, not aws"),
+        (["--cloud", "aws", "--stack", "nowhere"], "--stack nowhere: no such stack"),
+        (
+            ["--cloud", "aws", "--stack", "prod", "--image", "pull"],
+            "give one of --image and --stack",
+        ),
+    ],
+)
+def test_a_bad_stack_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    common = ["--state-gb", "10", "--interruption-band", "<5%", "--step-s", "1", "--job-hours", "1"]
+    result = CliRunner().invoke(app, ["plan", *args, *common])
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
