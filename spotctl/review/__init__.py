@@ -67,8 +67,8 @@ def command(
     ] = False,
 ) -> None:
     """The quarterly review report: exit 3 on a mandatory problem."""
-    from spotctl.policy_analyzer import PolicyPackError
-    from spotctl.preview import PreviewError
+    from spotctl.preview.analyzer import PolicyPackError
+    from spotctl.preview.resources import PreviewError
     from spotctl.review.collect import REPO, ReviewError, collect, quarter_of
     from spotctl.review.report import markdown, page
 

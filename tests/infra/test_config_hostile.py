@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from stack_files import REPO_ROOT, STACKS, stack_values, value_paths
 
 from components.config import ConfigError, StackConfig, load_values
-from spotctl.preview_engine import ProgramInputError, stack_config
+from spotctl.preview.engine import ProgramInputError, stack_config
 
 PROJECT = "spot-training"
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))

@@ -14,7 +14,7 @@ import prometheus_client
 import pytest
 import yaml
 
-from spotctl.runbooks import (
+from spotctl.review.runbooks import (
     REPO,
     Runbook,
     all_runbooks,
@@ -46,7 +46,7 @@ def test_doc_commands_fit_the_platform(doc: str) -> None:
 
 
 def test_every_runbook_carries_last_reviewed(tmp_path: Path) -> None:
-    from spotctl.runbooks import RunbookError, load_runbook
+    from spotctl.review.runbooks import RunbookError, load_runbook
 
     assert all(r.last_reviewed <= TODAY for r in RUNBOOKS)
     stale = tmp_path / "Stale.md"
@@ -89,7 +89,7 @@ def test_the_checker_catches_a_broken_command(line: str, complaint: str) -> None
 
 
 def test_the_checker_catches_an_unknown_metric() -> None:
-    from spotctl.runbooks import check_metrics
+    from spotctl.review.runbooks import check_metrics
 
     runbook = Runbook(Path("X.md"), TODAY, "`spotsafe_checkpoint_age_seconds`, `spotsafe_goodput`")
     assert check_metrics(runbook) == [

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "runbooks"
 REFERENCE_FILE = RUNBOOKS / "cli-reference.yaml"
 # A fenced block, possibly indented in a list item: its indent, language and body.

@@ -29,7 +29,7 @@ import yaml
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
 
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 LEVELS = {
     analyzer_pb2.ADVISORY: "advisory",
@@ -439,7 +439,7 @@ def check_preview(
     policy_config_path: Path | None = None,
 ) -> PolicyReport:
     """The pack's verdict on a previewed stack, with the stack's config as the CLI would pass it."""
-    from spotctl.preview_engine import load_project, stack_config, stack_file
+    from spotctl.preview.engine import load_project, stack_config, stack_file
 
     policy_config = {}
     if policy_config_path is not None:

@@ -1,8 +1,8 @@
 """Runs one Pulumi program on Pulumi's mock engine and writes what it registered as JSON.
 
-Pulumi's runtime state is process-global, so `spotctl.preview` starts this module in a fresh
-interpreter per preview:
-`python -m spotctl.preview_engine PROGRAM_DIR STACK OUT_JSON [--strict-deprecations]`.
+Pulumi's runtime state is process-global, so `spotctl.preview.resources` starts this module in a
+fresh interpreter per preview:
+`python -m spotctl.preview.engine PROGRAM_DIR STACK OUT_JSON [--strict-deprecations]`.
 Exit status: 0 = previewed, 2 = the program rejected its input (pulumi.RunError, e.g. a config
 error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}.
 
@@ -33,7 +33,7 @@ from pulumi.runtime import mocks, rpc
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from spotctl import preview_gcp
+import spotctl.preview.gcp as preview_gcp
 
 ACCOUNT_ID = "123456789012"
 # Lookups that find nothing in the new, empty account a preview stands for.
@@ -497,7 +497,7 @@ def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[st
     os.chdir(program_dir)
     sys.path.insert(0, str(main if main.is_dir() else main.parent))
     pulumi.runtime.set_all_config(config, secret_keys)
-    logger = logging.getLogger("spotctl.preview_engine")
+    logger = logging.getLogger("spotctl.preview.engine")
     logger.propagate = False
     logger.addHandler(diagnostics)
     monitor = RecordingMonitor(
