@@ -23,16 +23,25 @@ from spotctl.preview.resources import (
     waits_for,
 )
 
+# Options shared by the commands that read a stack: --stack and --program (preview, render),
+# --policy-pack-config (preview, review).
+StackOption = Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")]
+ProgramOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--program",
+        help="Directory with Pulumi.yaml (default: the project the current directory is in).",
+    ),
+]
+PolicyPackConfigOption = Annotated[
+    Path | None,
+    typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
+]
+
 
 def command(
-    stack: Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")],
-    program: Annotated[
-        Path | None,
-        typer.Option(
-            "--program",
-            help="Directory with Pulumi.yaml (default: the project the current directory is in).",
-        ),
-    ] = None,
+    stack: StackOption,
+    program: ProgramOption = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Also write the resources as JSON here.")
     ] = None,
@@ -42,10 +51,7 @@ def command(
             "--policy-pack", help="Run this policy pack (PulumiPolicy.yaml) as the CLI does."
         ),
     ] = None,
-    policy_pack_config: Annotated[
-        Path | None,
-        typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
-    ] = None,
+    policy_pack_config: PolicyPackConfigOption = None,
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
     from spotctl.outputs import OutputError, fail, output_file

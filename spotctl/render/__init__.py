@@ -28,6 +28,7 @@ import typer
 
 from components.versions import KUBERNETES_VERSION
 from spotctl.outputs import OutputDirectory, OutputError, fail
+from spotctl.preview import ProgramOption, StackOption
 from spotctl.preview.resources import PreviewError, find_program
 from spotctl.render.manifests import (
     RenderError,
@@ -41,15 +42,9 @@ from spotctl.render.manifests import (
 
 
 def command(
-    stack: Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")],
+    stack: StackOption,
     out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.")],
-    program: Annotated[
-        Path | None,
-        typer.Option(
-            "--program",
-            help="Directory with Pulumi.yaml (default: the project the current directory is in).",
-        ),
-    ] = None,
+    program: ProgramOption = None,
     check: Annotated[
         bool, typer.Option("--validate", help="Validate every object; exit 4 on a problem.")
     ] = False,

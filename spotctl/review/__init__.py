@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from spotctl.outputs import OutputDirectory, OutputError
+from spotctl.preview import PolicyPackConfigOption
 
 QUARTER = re.compile(r"(\d{4})Q([1-4])")
 
@@ -52,10 +53,7 @@ def command(
     policy_pack: Annotated[
         Path | None, typer.Option("--policy-pack", help="The policy pack (default: policies).")
     ] = None,
-    policy_pack_config: Annotated[
-        Path | None,
-        typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
-    ] = None,
+    policy_pack_config: PolicyPackConfigOption = None,
     provider_data: Annotated[
         Path | None,
         typer.Option(
