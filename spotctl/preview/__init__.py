@@ -1,8 +1,8 @@
 """`spotctl preview`: an offline plan of a stack on Pulumi's mock engine, no cloud account needed.
 
 The package: `resources` (what a preview returns, and running one), `engine` (the mock engine,
-started in its own interpreter), `gcp` (how the mock engine answers pulumi-gcp), `analyzer` (a
-policy pack run the way the Pulumi CLI runs it).
+started in its own interpreter), `aws` and `gcp` (how the mock engine answers each cloud's
+provider, with the ids of `ids`), `analyzer` (a policy pack run the way the Pulumi CLI runs it).
 """
 
 from __future__ import annotations
