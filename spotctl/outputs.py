@@ -13,11 +13,16 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 # The files a command wrote into an output directory, one relative path a line.
 LEDGER = ".spotctl-files"
+# The option of every command that writes into an --out directory (OutputDirectory's `force`).
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Write into an --out that holds other files too.")
+]
 
 
 class OutputError(Exception):

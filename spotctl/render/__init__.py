@@ -27,7 +27,7 @@ from typing import Annotated
 import typer
 
 from components.versions import KUBERNETES_VERSION
-from spotctl.outputs import OutputDirectory, OutputError, fail
+from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail
 from spotctl.preview import ProgramOption, StackOption
 from spotctl.preview.resources import PreviewError, find_program
 from spotctl.render.manifests import (
@@ -55,9 +55,7 @@ def command(
         list[Path] | None,
         typer.Option("--crds", help="Directory of CRD YAML to validate custom resources with."),
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
-    ] = False,
+    force: ForceOption = False,
 ) -> None:
     """Write every Kubernetes object the stack would apply, plus its training Job templates."""
     # Every input and output is checked before the preview's minute of work.

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from spotctl.outputs import OutputDirectory, OutputError
+from spotctl.outputs import ForceOption, OutputDirectory, OutputError
 from spotctl.preview import PolicyPackConfigOption
 
 QUARTER = re.compile(r"(\d{4})Q([1-4])")
@@ -60,9 +60,7 @@ def command(
             "--provider-data", help="Spot interruption bands (default: <pack>/provider-data.yaml)."
         ),
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
-    ] = False,
+    force: ForceOption = False,
 ) -> None:
     """The quarterly review report: exit 3 on a mandatory problem."""
     from spotctl.preview.analyzer import PolicyPackError
