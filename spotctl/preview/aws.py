@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from spotctl.preview.ids import hex_id
+from spotctl.preview.ids import stable_hex
 
 ACCOUNT_ID = "123456789012"
 # Lookups that find nothing in the new, empty account a preview stands for.
@@ -62,7 +62,7 @@ def _arn(service: str, region: str, resource: str) -> str:
 
 
 def eks_cluster_state(name: str, region: str, state: dict) -> dict:
-    issuer_id = hex_id(name, 32).upper()
+    issuer_id = stable_hex(name, 32).upper()
     state.update(
         name=name,
         arn=_arn("eks", region, f"cluster/{name}"),
@@ -77,7 +77,7 @@ def eks_cluster_state(name: str, region: str, state: dict) -> dict:
     )
     state.setdefault("version", "1.35")
     vpc = state.get("vpcConfig") or {}
-    state["vpcConfig"] = {**vpc, "clusterSecurityGroupId": f"sg-{hex_id(name + 'sg', 17)}"}
+    state["vpcConfig"] = {**vpc, "clusterSecurityGroupId": f"sg-{stable_hex(name + 'sg', 17)}"}
     return state
 
 
@@ -98,7 +98,7 @@ EC2_ID_PREFIX = {
 
 def aws_outputs(typ: str, logical: str, state: dict, region: str) -> str:
     """Fill the computed outputs pulumi-aws returns after a create; return the physical id."""
-    autoname = f"{logical}-{hex_id(typ + logical, 7)}"
+    autoname = f"{logical}-{stable_hex(typ + logical, 7)}"
     module = typ.split(":")[1].split("/")[0]
     if module == "s3":
         bucket = state.setdefault("bucket", autoname.lower()[:63])
@@ -111,14 +111,14 @@ def aws_outputs(typ: str, logical: str, state: dict, region: str) -> str:
             )
         return bucket
     if typ in EC2_ID_PREFIX:
-        physical = f"{EC2_ID_PREFIX[typ]}-{hex_id(typ + logical, 17)}"
+        physical = f"{EC2_ID_PREFIX[typ]}-{stable_hex(typ + logical, 17)}"
         state["arn"] = _arn("ec2", region, f"{EC2_ID_PREFIX[typ]}/{physical}")
         state.setdefault("ownerId", ACCOUNT_ID)
         if typ == "aws:ec2/vpc:Vpc":
-            state["defaultSecurityGroupId"] = f"sg-{hex_id(logical + 'default', 17)}"
-            state["mainRouteTableId"] = f"rtb-{hex_id(logical + 'main', 17)}"
+            state["defaultSecurityGroupId"] = f"sg-{stable_hex(logical + 'default', 17)}"
+            state["mainRouteTableId"] = f"rtb-{stable_hex(logical + 'main', 17)}"
         if typ == "aws:ec2/eip:Eip":
-            state["publicIp"] = f"198.51.100.{int(hex_id(logical, 2), 16) % 250 + 1}"
+            state["publicIp"] = f"198.51.100.{int(stable_hex(logical, 2), 16) % 250 + 1}"
         if typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state["latestVersion"] = 1
         return physical
@@ -129,11 +129,11 @@ def aws_outputs(typ: str, logical: str, state: dict, region: str) -> str:
         if resource in kind:
             path = state.get("path", "/")
             state["arn"] = f"arn:aws:iam::{ACCOUNT_ID}:{kind[resource]}{path}{name}"
-            state["uniqueId"] = "AROA" + hex_id(logical, 17).upper()
+            state["uniqueId"] = "AROA" + stable_hex(logical, 17).upper()
         return name
     if module == "kms":
         if typ == "aws:kms/key:Key":
-            key_id = str(uuid.UUID(hex_id(logical, 32)))
+            key_id = str(uuid.UUID(stable_hex(logical, 32)))
             state.update(keyId=key_id, arn=_arn("kms", region, f"key/{key_id}"))
             return key_id
         name = state.setdefault("name", f"alias/{autoname}")
@@ -177,18 +177,18 @@ def aws_outputs(typ: str, logical: str, state: dict, region: str) -> str:
         cluster = state.get("clusterName", "cluster")
         name = state.setdefault("nodeGroupName", autoname)
         state.update(
-            arn=_arn("eks", region, f"nodegroup/{cluster}/{name}/{hex_id(name, 8)}"),
+            arn=_arn("eks", region, f"nodegroup/{cluster}/{name}/{stable_hex(name, 8)}"),
             status="ACTIVE",
             resources=[
                 {
-                    "autoscalingGroups": [{"name": f"eks-{name}-{hex_id(name + 'asg', 8)}"}],
+                    "autoscalingGroups": [{"name": f"eks-{name}-{stable_hex(name + 'asg', 8)}"}],
                     "remoteAccessSecurityGroupId": "",
                 }
             ],
         )
         return f"{cluster}:{name}"
     if typ == "aws:eks/podIdentityAssociation:PodIdentityAssociation":
-        association = f"a-{hex_id(logical, 17)}"
+        association = f"a-{stable_hex(logical, 17)}"
         state.update(
             associationId=association,
             associationArn=_arn(

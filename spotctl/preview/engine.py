@@ -34,7 +34,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 import spotctl.preview.aws as aws
 import spotctl.preview.gcp as gcp
-from spotctl.preview.ids import hex_id
+from spotctl.preview.ids import stable_hex
 
 
 class ProgramInputError(Exception):
@@ -208,9 +208,9 @@ class CloudMocks(mocks.Mocks):
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict]:
         state = dict(args.inputs)
-        resource_id = f"{args.name}-{hex_id(args.typ + args.name, 8)}"
+        resource_id = f"{args.name}-{stable_hex(args.typ + args.name, 8)}"
         if args.typ.startswith("pulumi:providers:"):
-            return hex_id(args.typ + args.name, 32), state
+            return stable_hex(args.typ + args.name, 32), state
         if args.typ.startswith("aws:"):
             resource_id = aws.aws_outputs(args.typ, args.name, state, self.region_of(args.provider))
         if args.typ.startswith("gcp:"):
