@@ -21,9 +21,7 @@ from spotctl.plan.model import (
 if TYPE_CHECKING:
     from spotctl.plan import Scenario
 
-# The seed's "idle 34 % -> 6 %": paid accelerator time that keeps no progress, i.e. badput
-# (docs/goodput.md). The drill holds its idle node time, one cause of badput, to it as well.
-BADPUT_GOAL = 0.06
+BADPUT_GOAL = 0.06  # the seed's target: idle 34 % -> 6 %
 # The inputs that set each cause of badput, named for a plan that misses the goal.
 CAUSE_INPUTS = {
     "blocking_saves": "the snapshot each save blocks for (--checkpoint-s, --state-gb)",
