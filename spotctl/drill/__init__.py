@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from spotctl.drill.config import DrillConfig, Prices
-from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail, output_file
+from spotctl.outputs import OutputDirectory, OutputError, fail, output_file
 
 D = DrillConfig
 
@@ -78,7 +78,9 @@ def command(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the JSON report here.")
     ] = None,
-    force: ForceOption = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
+    ] = False,
 ) -> None:
     """Run training jobs on an emulated spot pool, preempt them, and measure the recovery."""
     from rich.console import Console
