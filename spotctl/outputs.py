@@ -19,7 +19,7 @@ import typer
 
 # The files a command wrote into an output directory, one relative path a line.
 LEDGER = ".spotctl-files"
-# The option of every command that writes into an --out directory (OutputDirectory's `force`).
+# --force for a command that writes into an --out directory (OutputDirectory's `force`).
 ForceOption = Annotated[
     bool, typer.Option("--force", help="Write into an --out that holds other files too.")
 ]
