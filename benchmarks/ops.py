@@ -23,9 +23,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from spotctl.policy_analyzer import check_preview
-from spotctl.preview import preview_program
-from spotctl.render import KUBERNETES_VERSION, render, scheduling_problems, validate
+from components.versions import KUBERNETES_VERSION
+from spotctl.preview.analyzer import check_preview
+from spotctl.preview.resources import preview_program
+from spotctl.render.manifests import render, scheduling_problems, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACK_DIR = REPO_ROOT / "policies"

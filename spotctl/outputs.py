@@ -3,6 +3,9 @@ cannot be written is one line and exit 2, not a traceback after minutes of work.
 never deletes what it did not write: an output directory that holds files of someone else is
 refused unless `--force` (then the command writes beside them), and a rerun removes only the
 files its previous run listed in the directory's ledger.
+
+Shared by every command that writes (preview, render, drill, plan, review), so it sits beside
+`cli.py` rather than in one command's package.
 """
 
 from __future__ import annotations
@@ -10,11 +13,16 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 # The files a command wrote into an output directory, one relative path a line.
 LEDGER = ".spotctl-files"
+# --force for a command that writes into an --out directory (OutputDirectory's `force`).
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Write into an --out that holds other files too.")
+]
 
 
 class OutputError(Exception):

@@ -5,6 +5,8 @@ directory, so that `pulumi policy publish` can upload the directory alone.
 
 Regenerate after changing a policy or the catalog: `python -m spotctl.policy_pack`;
 `python -m spotctl.policy_pack --check` fails while either is stale (the tests run it).
+No command runs it; it sits at spotctl's top level because it reads both the components and
+the pack, and neither of those may import the other.
 """
 
 from __future__ import annotations

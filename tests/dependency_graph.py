@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from spotctl.preview import PreviewResource, waits_for
+from spotctl.preview.resources import PreviewResource, waits_for
 
 
 class DependencyGraph:

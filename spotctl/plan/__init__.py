@@ -9,7 +9,6 @@ spot costs against on-demand. The model is in `spotctl.plan.model`, the costs in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,7 +20,7 @@ from components.config import NOTICE_SECONDS, NoticeWindow
 from spotctl.drill.config import Prices
 from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
-from spotctl.plan.model import HOUR_S, SpotJob, expected, interval_s
+from spotctl.plan.model import HOUR_S, Scenario, SpotJob, expected, interval_s
 from spotctl.plan.node_start import (
     CACHE,
     CLOUDS_OF,
@@ -90,20 +89,6 @@ class Inputs:
     image_gb: float | None = None
     image: str | None = None
     stack: str | None = None
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """The job the model plans, and what it rests on."""
-
-    job: SpotJob
-    price_ratio: float
-    state_gb: float
-    nodes: int
-    sized: Callable[[float], costs.Costs] | None
-    """A node's costs for a shard of so many GB; None where they do not follow the size (a
-    drill's measured save, or --save-s)."""
-    assumptions: dict
 
 
 def scenario(i: Inputs) -> Scenario:

@@ -17,9 +17,12 @@ blocking part of a save, which is what training pays per checkpoint.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from spotsafe.goodput import BLOCKING_SAVES, FINAL_SAVES, LOST_WORK
+
+from spotctl.plan.costs import Costs
 
 HOUR_S = 3600.0
 RESTARTS = "restarts"
@@ -66,6 +69,20 @@ class SpotJob:
     def loss_rate(self) -> float:
         """Interruptions that lose the work since the last durable checkpoint."""
         return self.failure_rate + (0.0 if self.final_save_fits else self.notice_rate)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The job the model plans, and what it rests on."""
+
+    job: SpotJob
+    price_ratio: float
+    state_gb: float
+    nodes: int
+    sized: Callable[[float], Costs] | None
+    """A node's costs for a shard of so many GB; None where they do not follow the size (a
+    drill's measured save, or --save-s)."""
+    assumptions: dict
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from spotctl.plan.model import (
     HOUR_S,
+    Scenario,
     breakeven_notice_rate,
     cost_ratio,
     expected,
@@ -17,9 +17,6 @@ from spotctl.plan.model import (
     planned_goodput,
     young_daly_s,
 )
-
-if TYPE_CHECKING:
-    from spotctl.plan import Scenario
 
 BADPUT_GOAL = 0.06
 """The seed's goal: badput of every cause (restarts, lost work, saves, idle nodes) at most 6 % of

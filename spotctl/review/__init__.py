@@ -19,7 +19,8 @@ from typing import Annotated
 
 import typer
 
-from spotctl.outputs import OutputDirectory, OutputError
+from spotctl.outputs import ForceOption, OutputDirectory, OutputError
+from spotctl.preview import PolicyPackConfigOption
 
 QUARTER = re.compile(r"(\d{4})Q([1-4])")
 
@@ -54,23 +55,18 @@ def command(
     policy_pack: Annotated[
         Path | None, typer.Option("--policy-pack", help="The policy pack (default: policies).")
     ] = None,
-    policy_pack_config: Annotated[
-        Path | None,
-        typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
-    ] = None,
+    policy_pack_config: PolicyPackConfigOption = None,
     provider_data: Annotated[
         Path | None,
         typer.Option(
             "--provider-data", help="Spot interruption bands (default: <pack>/provider-data.yaml)."
         ),
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
-    ] = False,
+    force: ForceOption = False,
 ) -> None:
     """The quarterly review report: exit 3 on a mandatory problem."""
-    from spotctl.policy_analyzer import PolicyPackError
-    from spotctl.preview import PreviewError
+    from spotctl.preview.analyzer import PolicyPackError
+    from spotctl.preview.resources import PreviewError
     from spotctl.review.collect import REPO, ReviewError, collect, quarter_of
     from spotctl.review.report import markdown, page
 

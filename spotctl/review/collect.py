@@ -20,11 +20,11 @@ import yaml
 
 from components.config.files import ProgramInputError, load_project, stack_names
 from components.config.loading import ConfigError, stack_document
-from spotctl.policy_analyzer import check_preview
-from spotctl.preview import PreviewResource, preview_program
+from spotctl.preview.analyzer import check_preview
+from spotctl.preview.resources import PreviewResource, preview_program
 from spotctl.review.costs import CostsError, team_costs
 from spotctl.review.headroom import headroom
-from spotctl.runbooks import all_runbooks
+from spotctl.review.runbooks import all_runbooks
 
 REPO = Path(__file__).resolve().parents[2]
 END_OF_SUPPORT = REPO / "components" / "end_of_support.yaml"

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

@@ -8,7 +8,7 @@ import pytest
 from previewed import Preview
 from stack_files import REPO_ROOT
 
-from spotctl.preview import preview_program
+from spotctl.preview.resources import preview_program
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 
 class Preview:

@@ -31,7 +31,7 @@ from components.versions import (
     KUBERNETES_VERSION,
     UPGRADE_SUPPORT_TYPE,
 )
-from spotctl.preview import preview_program
+from spotctl.preview.resources import preview_program
 
 PROD = load_config(stack_values("prod"))
 POD_IDENTITY_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"

@@ -16,7 +16,7 @@ from stack_files import stack_values
 from components.aws.quotas import QUOTA_CODES, GpuQuotas, GpuQuotasArgs
 from components.config import ConfigError, load_config
 from components.config.capacity import creation_problems, starting_gpu_vcpus
-from spotctl.preview_engine import ACCOUNT_ID
+from spotctl.preview.aws import ACCOUNT_ID
 
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 ON_DEMAND_G = ("on-demand", "g-family")

@@ -33,8 +33,8 @@ from components.gcp.quotas import SpotGpuQuotasArgs, preemptible_gpu_quota_id
 from components.gcp.services import ProjectServicesArgs
 from components.gcp.storage import CheckpointBucketArgs
 from components.pools import CAPACITY_TYPE_LABEL, GPU_CLASS_LABEL, POOL_LABEL, PoolSpec, class_pools
-from spotctl.preview import PreviewError, preview_program
-from spotctl.preview_gcp import project_number
+from spotctl.preview.gcp import project_number
+from spotctl.preview.resources import PreviewError, preview_program
 
 PROD = load_config(stack_values("gcp-prod"))
 DEV = load_config(stack_values("gcp-dev"))

@@ -13,7 +13,7 @@ from components.config.gcp import (
     gcs_bucket_name_problem,
     gke_version_key,
 )
-from spotctl.preview import PreviewError, preview_program
+from spotctl.preview.resources import PreviewError, preview_program
 
 GCP_PROD = stack_values("gcp-prod")
 

@@ -21,7 +21,7 @@ from dependency_graph import DependencyGraph
 
 from components.gcp import observability
 from components.gcp.observability import retry_until_metric_visible
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 CLUSTER = "gcp:container/cluster:Cluster"
 ALERT_POLICY = "gcp:monitoring/alertPolicy:AlertPolicy"

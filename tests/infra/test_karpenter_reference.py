@@ -18,7 +18,7 @@ from previewed import Preview
 from stack_files import stack_values
 
 from components.config import load_config
-from spotctl.preview_engine import ACCOUNT_ID
+from spotctl.preview.aws import ACCOUNT_ID
 
 CONTROLLER_POLICIES = (
     "NodeLifecyclePolicy",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from stack_files import REPO_ROOT
 
-from spotctl.preview import UNKNOWN, PreviewError, preview_program, resource_tree
+from spotctl.preview.resources import UNKNOWN, PreviewError, preview_program, resource_tree
 
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 

@@ -9,8 +9,8 @@ import textwrap
 from gcp_programs import tiny_program
 from previewed import Preview
 
-from spotctl.preview import preview_program
-from spotctl.preview_gcp import project_number
+from spotctl.preview.gcp import project_number
+from spotctl.preview.resources import preview_program
 
 PROGRAM = """
 import pulumi, pulumi_gcp as gcp

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from stack_files import REPO_ROOT, STACKS, stack_values
 
-from spotctl.preview import STACK_TYPE, preview_program, resource_tree
+from spotctl.preview.resources import STACK_TYPE, preview_program, resource_tree
 
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 

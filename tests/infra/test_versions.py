@@ -22,7 +22,7 @@ from components.versions import (
     RESERVED_NAMESPACES,
     TRAINING_IMAGE_BASE,
 )
-from spotctl.preview import preview_program
+from spotctl.preview.resources import preview_program
 
 
 def test_the_doc_table_is_generated_from_the_table():

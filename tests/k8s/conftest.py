@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from stack_files import REPO_ROOT
 
-from spotctl.preview import PreviewResource, preview_program
-from spotctl.render import Rendered, render, write
+from spotctl.preview.resources import PreviewResource, preview_program
+from spotctl.render.manifests import Rendered, render, write
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from spotctl.crd_rules import EXTENSIONS, rule_problems, with_defaults
-from spotctl.render import KUBERNETES_VERSION, crd_schemas, render, validate
+from components.versions import KUBERNETES_VERSION
+from spotctl.render.crd_rules import EXTENSIONS, rule_problems, with_defaults
+from spotctl.render.manifests import crd_schemas, render, validate
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from components.catalog import catalog, class_name
 from components.config import load_config
 from components.gcp.computeclass import COMPUTE_CLASS_LABEL
 from components.pools import GPU_CLASS_LABEL, SPOT_TAINT
-from spotctl.render import Rendered, render, validate
+from spotctl.render.manifests import Rendered, render, validate
 
 SCHEMA = "gke/computeclass_v1.json"
 

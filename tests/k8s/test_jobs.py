@@ -18,7 +18,7 @@ from components.k8s.jobs import (
 )
 from components.k8s.placement import class_placement
 from components.k8s.rendezvous import rendezvous_endpoint
-from spotctl.render import KUBERNETES_VERSION
+from components.versions import KUBERNETES_VERSION
 
 
 def spec(**overrides) -> TrainingJobSpec:

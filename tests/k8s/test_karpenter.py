@@ -13,7 +13,7 @@ from components.catalog import catalog
 from components.config import load_config
 from components.config.capacity import allocatable
 from components.pools import class_pools
-from spotctl.render import Rendered, render, validate
+from spotctl.render.manifests import Rendered, render, validate
 
 PROD = load_config(stack_values("prod"))
 

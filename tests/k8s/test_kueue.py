@@ -20,7 +20,7 @@ from components.k8s.kueue import (
     local_queue,
     resource_flavor,
 )
-from spotctl.render import crd_schemas, validate
+from spotctl.render.manifests import crd_schemas, validate
 
 L40S = KueueClass("l40s-48gb", cpu_per_gpu=10, memory_gib_per_gpu=80)
 H100 = KueueClass("h100-80gb", cpu_per_gpu=12, memory_gib_per_gpu=160)

@@ -10,7 +10,7 @@ from components.config import UNBUILT_IMAGE, ConfigError, KubernetesConfig, load
 from components.k8s.layer import training_image
 from components.k8s.placement import STABLE
 from components.k8s.rendezvous import RendezvousStoreArgs
-from spotctl.preview import PreviewResource, preview_program
+from spotctl.preview.resources import PreviewResource, preview_program
 
 PROD = load_config(stack_values("prod"))
 

@@ -22,8 +22,8 @@ from components.k8s import monitoring
 from components.k8s.alerts import RULES_FILE
 from components.k8s.dashboard import UID
 from components.versions import KUBE_PROMETHEUS_STACK
-from spotctl.preview import PreviewResource
-from spotctl.render import Rendered, render
+from spotctl.preview.resources import PreviewResource
+from spotctl.render.manifests import Rendered, render
 
 CHART_DIR = f"kube-prometheus-stack-{KUBE_PROMETHEUS_STACK.version}"
 # Subcharts: their values.yaml files are not among the schemas, so their keys go unchecked.

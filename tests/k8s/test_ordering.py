@@ -15,7 +15,7 @@ from stack_files import AWS_STACKS, GCP_STACKS, STACKS, charts_of, stack_values
 
 from components.pools import GPU_CLASS_LABEL, POOL_LABEL
 from components.versions import CHARTS
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"

@@ -16,8 +16,9 @@ from stack_files import REPO_ROOT, stack_values
 from components.config import load_config
 from components.k8s import monitoring
 from components.k8s.jobs import MAX_LOCAL_RANKS, metrics_ports
+from components.versions import KUBERNETES_VERSION
 from spotctl.outputs import LEDGER
-from spotctl.render import KUBERNETES_VERSION, Rendered, validate
+from spotctl.render.manifests import Rendered, validate
 
 PROD = load_config(stack_values("prod"))
 TEAMS = {team.name: team.namespace for team in PROD.teams}

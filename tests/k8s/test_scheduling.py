@@ -30,8 +30,8 @@ from components.versions import (
     KUEUE,
     NVIDIA_DEVICE_PLUGIN,
 )
-from spotctl.render import Rendered, render, scheduling_problems
-from spotctl.scheduling import NodeShape, fits, pod_specs
+from spotctl.render.manifests import Rendered, render, scheduling_problems
+from spotctl.render.scheduling import NodeShape, fits, pod_specs
 
 STABLE = "stable"
 # What a stable node is labelled, on both clouds (components/pools.py).

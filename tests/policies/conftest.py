@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from spot_policy_cases import PACK_DIR
 
-from spotctl.policy_analyzer import PolicyAnalyzer
+from spotctl.preview.analyzer import PolicyAnalyzer
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import json
 
 from pack_copy import PACK_DIR  # noqa: F401  (the tests of the pack import it from here)
 
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 TAGS = {"team": "vision", "env": "test", "capacity-type": "spot"}
 

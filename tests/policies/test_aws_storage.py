@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from spot_policy_cases import PACK_DIR, TAGS, document, resource
 
-from spotctl.policy_analyzer import PolicyAnalyzer
+from spotctl.preview.analyzer import PolicyAnalyzer
 
 BUCKET = "aws:s3/bucket:Bucket"
 VERSIONING = "aws:s3/bucketVersioning:BucketVersioning"

@@ -15,7 +15,7 @@ import pytest
 from pack_copy import pack_copy
 from spot_policy_cases import document, resource
 
-from spotctl.policy_analyzer import PolicyAnalyzer
+from spotctl.preview.analyzer import PolicyAnalyzer
 
 ENDPOINT = "cluster-endpoint-not-internet-open"
 PRINCIPAL = "iam-no-wildcard-principal"

@@ -10,8 +10,8 @@ from spot_policy_cases import PACK_DIR, resource
 from stack_files import GCP_STACKS, REPO_ROOT, stack_values
 
 from components.config import load_config
-from spotctl.policy_analyzer import check_preview
-from spotctl.preview import preview_program
+from spotctl.preview.analyzer import check_preview
+from spotctl.preview.resources import preview_program
 
 
 @pytest.fixture(scope="module", params=GCP_STACKS)

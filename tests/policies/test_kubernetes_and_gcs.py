@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from spot_policy_cases import PACK_DIR, resource
 
-from spotctl.policy_analyzer import PolicyAnalyzer
+from spotctl.preview.analyzer import PolicyAnalyzer
 
 PRIORITY = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
 JOB = "kubernetes:batch/v1:Job"

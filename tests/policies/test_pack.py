@@ -13,7 +13,7 @@ import sys
 import pytest
 from spot_policy_cases import PACK_DIR, resource
 
-from spotctl.policy_analyzer import LEVELS, PolicyAnalyzer, PolicyPackError
+from spotctl.preview.analyzer import LEVELS, PolicyAnalyzer, PolicyPackError
 
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from spot_policy_cases import PACK_DIR, TAGS, resource
 
-from spotctl.policy_analyzer import PolicyAnalyzer
+from spotctl.preview.analyzer import PolicyAnalyzer
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 NODE_POOL = "gcp:container/nodePool:NodePool"

@@ -14,8 +14,8 @@ import pytest
 from spot_policy_cases import PACK_DIR
 from stack_files import AWS_STACKS, REPO_ROOT
 
-from spotctl.policy_analyzer import PolicyPackError, check_preview
-from spotctl.preview import preview_program
+from spotctl.preview.analyzer import PolicyPackError, check_preview
+from spotctl.preview.resources import preview_program
 
 PROGRAMS = Path(__file__).parent / "programs"
 

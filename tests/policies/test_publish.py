@@ -22,8 +22,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from stack_files import REPO_ROOT
 
-from spotctl.policy_analyzer import check_preview
-from spotctl.preview import preview_program
+from spotctl.preview.analyzer import check_preview
+from spotctl.preview.resources import preview_program
 
 
 def requirements() -> dict[str, str]:

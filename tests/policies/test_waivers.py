@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pack_copy import PACK_DIR, pack_copy
 
-from spotctl.policy_analyzer import PolicyPackError, check_preview, format_report
-from spotctl.preview import preview_program
+from spotctl.preview.analyzer import PolicyPackError, check_preview, format_report
+from spotctl.preview.resources import preview_program
 
 PROGRAM = Path(__file__).parent / "programs" / "untainted-spot-pool"
 LATER = date.today() + timedelta(days=30)

@@ -15,7 +15,7 @@ import pytest
 from pack_copy import pack_copy
 from PIL import Image
 
-from spotctl.preview import PreviewResource, preview_program
+from spotctl.preview.resources import PreviewResource, preview_program
 from spotctl.review.collect import (
     REPO,
     Review,

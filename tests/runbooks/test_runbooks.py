@@ -13,18 +13,18 @@ from pathlib import Path
 import prometheus_client
 import pytest
 import yaml
-
-from spotctl.runbooks import (
-    REPO,
-    Runbook,
-    all_runbooks,
+from runbook_checker import (
     check_command,
+    check_metrics,
     check_runbook,
     commands_in,
     promql_queries,
     refused,
+    runbook_commands,
     shell_commands,
 )
+
+from spotctl.review.runbooks import REPO, Runbook, RunbookError, all_runbooks, load_runbook
 
 RUNBOOKS = all_runbooks()
 SAMPLES = Path(__file__).parent / "samples"
@@ -33,7 +33,7 @@ TODAY = date.today()
 
 @pytest.mark.parametrize("runbook", RUNBOOKS, ids=lambda r: r.relative)
 def test_runbook_commands_fit_the_platform(runbook: Runbook) -> None:
-    assert runbook.commands, f"{runbook.relative}: no commands"
+    assert runbook_commands(runbook), f"{runbook.relative}: no commands"
     assert check_runbook(runbook, TODAY) == []
 
 
@@ -46,8 +46,6 @@ def test_doc_commands_fit_the_platform(doc: str) -> None:
 
 
 def test_every_runbook_carries_last_reviewed(tmp_path: Path) -> None:
-    from spotctl.runbooks import RunbookError, load_runbook
-
     assert all(r.last_reviewed <= TODAY for r in RUNBOOKS)
     stale = tmp_path / "Stale.md"
     stale.write_text("# Stale\n")
@@ -89,8 +87,6 @@ def test_the_checker_catches_a_broken_command(line: str, complaint: str) -> None
 
 
 def test_the_checker_catches_an_unknown_metric() -> None:
-    from spotctl.runbooks import check_metrics
-
     runbook = Runbook(Path("X.md"), TODAY, "`spotsafe_checkpoint_age_seconds`, `spotsafe_goodput`")
     assert check_metrics(runbook) == [
         "metric spotsafe_goodput is exported by neither the runtime nor a named exporter"
@@ -144,7 +140,7 @@ def fed_pipelines() -> list:
     """(runbook, the pipeline's filters, producer) for every pipeline with a producer here."""
     found = {}
     for runbook in RUNBOOKS:
-        for command in runbook.commands:
+        for command in runbook_commands(runbook):
             head, *filters = command.pipeline
             for prefix, producer in PRODUCERS.items():
                 if head[: len(prefix)] == prefix and filters:

@@ -43,7 +43,7 @@ from stack_files import REPO_ROOT, stack_values
 from test_termination_trainer import result_of, wait_for_step
 
 from components.config import load_config
-from spotctl.preview import preview_program
+from spotctl.preview.resources import preview_program
 
 TEAMS = [t.name for t in load_config(stack_values("prod")).teams]
 assert [t.name for t in load_config(stack_values("gcp-prod")).teams] == TEAMS

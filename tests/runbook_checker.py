@@ -1,5 +1,5 @@
-"""Runbooks as data: their `last_reviewed` date, the alert each answers, and every command in
-their shell blocks, checked against what the platform really offers.
+"""The runbook checker: every command in a runbook's (or a doc's) shell blocks, checked against
+what the platform really offers.
 
 A command is either run (`spotctl`, and pipelines whose input the repository can produce: the
 runtime's metrics endpoint, a node description) or checked statically against
@@ -12,27 +12,23 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from functools import cache
-from pathlib import Path
 
+import typer
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-RUNBOOKS = REPO / "runbooks"
+from spotctl.cli import app
+from spotctl.review.runbooks import REPO, RUNBOOKS, Runbook
+
 REFERENCE_FILE = RUNBOOKS / "cli-reference.yaml"
 # A fenced block, possibly indented in a list item: its indent, language and body.
 FENCE = re.compile(r"^( *)```(\w+)\n(.*?)^\1```\n", re.MULTILINE | re.DOTALL)
-FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
 PLACEHOLDER = re.compile(r"<[A-Za-z][\w .-]*>")
 SEPARATORS = {"|", "||", "&&", ";", "&"}
 METRIC = re.compile(r"\b(?:spotsafe|karpenter|kueue|kube)_[a-z0-9_]+\b")
 EXPORT = re.compile(r"pulumi\.export\(\s*\"(\w+)\"")
-
-
-class RunbookError(Exception):
-    """A runbook that cannot be read as one: no front matter, a bad last_reviewed date."""
 
 
 @dataclass(frozen=True)
@@ -41,37 +37,6 @@ class Command:
     line: str  # the shell line as written (continuations joined)
     argv: tuple[str, ...]  # one simple command of it, placeholders replaced
     pipeline: tuple[tuple[str, ...], ...]  # the whole pipeline this command belongs to
-
-
-@dataclass
-class Runbook:
-    path: Path
-    last_reviewed: date
-    text: str
-    commands: list[Command] = field(default_factory=list)
-
-    @property
-    def alert(self) -> str:
-        return self.path.stem
-
-    @property
-    def relative(self) -> str:
-        return self.path.relative_to(REPO).as_posix() if self.path.is_absolute() else str(self.path)
-
-
-def load_runbook(path: Path, root: Path = REPO) -> Runbook:
-    text = path.read_text()
-    relative = path.relative_to(root).as_posix()
-    match = FRONT_MATTER.match(text)
-    if not match:
-        raise RunbookError(f"{relative}: no front matter (---\\nlast_reviewed: YYYY-MM-DD\\n---)")
-    meta = yaml.safe_load(match.group(1)) or {}
-    reviewed = meta.get("last_reviewed") if isinstance(meta, dict) else None
-    if not isinstance(reviewed, date):
-        raise RunbookError(
-            f"{relative}: last_reviewed must be a date (YYYY-MM-DD), got {reviewed!r}"
-        )
-    return Runbook(path, reviewed, text, commands_in(text, relative))
 
 
 def commands_in(text: str, relative: str) -> list[Command]:
@@ -84,8 +49,8 @@ def commands_in(text: str, relative: str) -> list[Command]:
     return found
 
 
-def all_runbooks(root: Path = RUNBOOKS) -> list[Runbook]:
-    return [load_runbook(path, root.parent) for path in sorted(root.glob("**/*.md"))]
+def runbook_commands(runbook: Runbook) -> list[Command]:
+    return commands_in(runbook.text, runbook.relative)
 
 
 def shell_commands(runbook: str, body: str) -> list[Command]:
@@ -259,10 +224,6 @@ def _subcommand(tool: dict, positional: list[str]) -> str | None:
 
 def _check_spotctl(args: list[str]) -> list[str]:
     """Whether spotctl would accept these arguments (parsed, not run)."""
-    import typer
-
-    from spotctl.cli import app
-
     group = typer.main.get_command(app)
     name, *rest = args or [""]
     with typer.Context(group) as context:
@@ -296,7 +257,7 @@ def promql_queries(runbook: Runbook) -> list[str]:
     """The PromQL a runbook sends to Prometheus's query API."""
     found = [
         arg.removeprefix("query=")
-        for command in runbook.commands
+        for command in runbook_commands(runbook)
         for arg in command.argv
         if arg.startswith("query=")
     ]
@@ -311,6 +272,6 @@ def check_runbook(runbook: Runbook, today: date) -> list[str]:
         problems.append(
             f"{runbook.relative}: last_reviewed {runbook.last_reviewed} is in the future"
         )
-    for command in runbook.commands:
+    for command in runbook_commands(runbook):
         problems += [f"{runbook.relative}: {command.line}\n    {p}" for p in check_command(command)]
     return problems

@@ -1,8 +1,8 @@
-"""`spotctl preview`: an offline plan of a stack on Pulumi's mock engine, no cloud account needed.
+"""What a preview of a stack returns, and running one.
 
-As a library: `preview_program(program_dir, stack)` returns every registered resource (components
+`preview_program(program_dir, stack)` returns every registered resource (components
 included) with the inputs exactly as the engine receives them, for renderers and policy analyzers.
-Each preview runs in its own interpreter (`spotctl.preview_engine`), since Pulumi's runtime state
+Each preview runs in its own interpreter (`spotctl.preview.engine`), since Pulumi's runtime state
 is process-global.
 """
 
@@ -12,11 +12,9 @@ import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 # The engine's marker for a value not known until the resource exists.
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
@@ -80,7 +78,7 @@ def run_preview(
             [
                 sys.executable,
                 "-m",
-                "spotctl.preview_engine",
+                "spotctl.preview.engine",
                 str(Path(program_dir).resolve()),
                 stack,
                 str(out),
@@ -169,77 +167,3 @@ def find_program(start: Path) -> Path:
         f"no Pulumi.yaml in {start} or any folder above it: run from a Pulumi project or pass "
         "--program"
     )
-
-
-def command(
-    stack: Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")],
-    program: Annotated[
-        Path | None,
-        typer.Option(
-            "--program",
-            help="Directory with Pulumi.yaml (default: the project the current directory is in).",
-        ),
-    ] = None,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write the resources as JSON here.")
-    ] = None,
-    policy_pack: Annotated[
-        Path | None,
-        typer.Option(
-            "--policy-pack", help="Run this policy pack (PulumiPolicy.yaml) as the CLI does."
-        ),
-    ] = None,
-    policy_pack_config: Annotated[
-        Path | None,
-        typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
-    ] = None,
-) -> None:
-    """Preview a stack offline: the resource tree a `pulumi preview` would show."""
-    from spotctl.outputs import OutputError, fail, output_file
-
-    try:
-        if json_path is not None:
-            output_file(json_path, "--json")
-    except OutputError as exc:
-        raise fail(exc) from None
-    try:
-        program = program or find_program(Path.cwd())
-        typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
-        previewed = run_preview(program, stack)
-    except PreviewError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1 if exc.crashed else 2) from None
-    resources = previewed.resources
-    typer.echo(resource_tree(resources))
-    if previewed.diagnostics:
-        typer.echo("\nDiagnostics:")
-        for level, message in previewed.diagnostics:
-            typer.echo(f"    {level}: {message}")
-    # Written before the policies run: a mandatory violation must not cost the plan.
-    if json_path is not None:
-        keep = ("urn", "type", "name", "parent", "inputs")
-        document = {
-            "resources": [
-                {**{k: asdict(r)[k] for k in keep}, "dependencies": waits_for(r)} for r in resources
-            ]
-        }
-        json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    if policy_pack is not None:
-        check_policies(policy_pack, program, stack, resources, policy_pack_config)
-
-
-def check_policies(
-    pack: Path, program: Path, stack: str, resources: list[PreviewResource], config: Path | None
-) -> None:
-    """Prints the pack's violations; exit status 3 on a mandatory one, 2 if the pack cannot run."""
-    from spotctl.policy_analyzer import PolicyPackError, check_preview, format_report
-
-    try:
-        report = check_preview(pack, program, stack, resources, config)
-    except PolicyPackError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo("")
-    typer.echo(format_report(report))
-    if report.mandatory:
-        raise typer.Exit(3)

@@ -29,7 +29,7 @@ import yaml
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
 
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 LEVELS = {
     analyzer_pb2.ADVISORY: "advisory",
@@ -322,33 +322,18 @@ class PolicyAnalyzer:
         resources = list(resources)
         assert self.info is not None, "use PolicyAnalyzer as a context manager"
         by_urn = {r.urn: r for r in resources}
+        described = [(r, self._described(r, by_urn)) for r in resources]
         diagnostics = []
-        for resource in resources:
-            response = self._client.Analyze(
-                analyzer_pb2.AnalyzeRequest(
-                    urn=resource.urn,
-                    type=resource.type,
-                    name=resource.name,
-                    properties=to_struct(resource.inputs),
-                    options=analyzer_pb2.AnalyzerResourceOptions(parent=resource.parent or ""),
-                    provider=self._provider(resource, by_urn),
-                )
-            )
+        for resource, fields in described:
+            response = self._client.Analyze(analyzer_pb2.AnalyzeRequest(**fields))
             # As the CLI does: a resource check's finding belongs to the resource it checked.
             diagnostics += [_attributed(d, resource.urn) for d in response.diagnostics]
         stack = analyzer_pb2.AnalyzeStackRequest(
             resources=[
                 analyzer_pb2.AnalyzerResource(
-                    urn=r.urn,
-                    type=r.type,
-                    name=r.name,
-                    properties=to_struct(r.inputs),
-                    options=analyzer_pb2.AnalyzerResourceOptions(parent=r.parent or ""),
-                    provider=self._provider(r, by_urn),
-                    parent=r.parent or "",
-                    dependencies=r.dependencies,
+                    **fields, parent=r.parent or "", dependencies=r.dependencies
                 )
-                for r in resources
+                for r, fields in described
             ]
         )
         diagnostics += self._client.AnalyzeStack(stack).diagnostics
@@ -367,6 +352,19 @@ class PolicyAnalyzer:
             logs=self._logs,
             config=self.config,
         )
+
+    def _described(
+        self, resource: PreviewResource, by_urn: Mapping[str, PreviewResource]
+    ) -> dict[str, Any]:
+        """The fields the engine sends of a resource in both Analyze and AnalyzeStack."""
+        return {
+            "urn": resource.urn,
+            "type": resource.type,
+            "name": resource.name,
+            "properties": to_struct(resource.inputs),
+            "options": analyzer_pb2.AnalyzerResourceOptions(parent=resource.parent or ""),
+            "provider": self._provider(resource, by_urn),
+        }
 
     def _provider(
         self, resource: PreviewResource, by_urn: Mapping[str, PreviewResource]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from components.k8s.gpus import INSTANCE_TYPE_LABEL
 from components.pools import GPU_TAINT
 from components.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
-from spotctl.preview import PreviewResource
+from spotctl.preview.resources import PreviewResource
 
 EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"

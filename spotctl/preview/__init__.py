@@ -1,0 +1,104 @@
+"""`spotctl preview`: an offline plan of a stack on Pulumi's mock engine, no cloud account needed.
+
+The package: `resources` (what a preview returns, and running one), `engine` (the mock engine,
+started in its own interpreter), `aws` and `gcp` (how the mock engine answers each cloud's
+provider, with the ids of `ids`), `analyzer` (a policy pack run the way the Pulumi CLI runs it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spotctl.preview.resources import (
+    PreviewError,
+    PreviewResource,
+    find_program,
+    resource_tree,
+    run_preview,
+    waits_for,
+)
+
+# Options shared by the commands that read a stack: --stack and --program (preview, render),
+# --policy-pack-config (preview, review).
+StackOption = Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")]
+ProgramOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--program",
+        help="Directory with Pulumi.yaml (default: the project the current directory is in).",
+    ),
+]
+PolicyPackConfigOption = Annotated[
+    Path | None,
+    typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
+]
+
+
+def command(
+    stack: StackOption,
+    program: ProgramOption = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write the resources as JSON here.")
+    ] = None,
+    policy_pack: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy-pack", help="Run this policy pack (PulumiPolicy.yaml) as the CLI does."
+        ),
+    ] = None,
+    policy_pack_config: PolicyPackConfigOption = None,
+) -> None:
+    """Preview a stack offline: the resource tree a `pulumi preview` would show."""
+    from spotctl.outputs import OutputError, fail, output_file
+
+    try:
+        if json_path is not None:
+            output_file(json_path, "--json")
+    except OutputError as exc:
+        raise fail(exc) from None
+    try:
+        program = program or find_program(Path.cwd())
+        typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
+        previewed = run_preview(program, stack)
+    except PreviewError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1 if exc.crashed else 2) from None
+    resources = previewed.resources
+    typer.echo(resource_tree(resources))
+    if previewed.diagnostics:
+        typer.echo("\nDiagnostics:")
+        for level, message in previewed.diagnostics:
+            typer.echo(f"    {level}: {message}")
+    # Written before the policies run: a mandatory violation must not cost the plan.
+    if json_path is not None:
+        keep = ("urn", "type", "name", "parent", "inputs")
+        document = {
+            "resources": [
+                {**{k: asdict(r)[k] for k in keep}, "dependencies": waits_for(r)} for r in resources
+            ]
+        }
+        json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    if policy_pack is not None:
+        check_policies(policy_pack, program, stack, resources, policy_pack_config)
+
+
+def check_policies(
+    pack: Path, program: Path, stack: str, resources: list[PreviewResource], config: Path | None
+) -> None:
+    """Prints the pack's violations; exit status 3 on a mandatory one, 2 if the pack cannot run."""
+    from spotctl.preview.analyzer import PolicyPackError, check_preview, format_report
+
+    try:
+        report = check_preview(pack, program, stack, resources, config)
+    except PolicyPackError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("")
+    typer.echo(format_report(report))
+    if report.mandatory:
+        raise typer.Exit(3)

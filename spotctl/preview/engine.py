@@ -1,0 +1,229 @@
+"""Runs one Pulumi program on Pulumi's mock engine and writes what it registered as JSON.
+
+Pulumi's runtime state is process-global, so `spotctl.preview.resources` starts this module in a
+fresh interpreter per preview:
+`python -m spotctl.preview.engine PROGRAM_DIR STACK OUT_JSON [--strict-deprecations]`.
+Exit status: 0 = previewed, 2 = the program rejected its input (pulumi.RunError, e.g. a config
+error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}.
+
+The mock engine answers like a cloud would on `pulumi up`: every resource gets an id, an ARN and
+a physical name in the provider's formats (`spotctl.preview.aws`, `spotctl.preview.gcp`), so no
+program has to special-case a preview.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import runpy
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from google.protobuf import json_format
+from pulumi.output import Unknown
+from pulumi.runtime import mocks, rpc
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+import spotctl.preview.aws as aws
+import spotctl.preview.gcp as gcp
+from components.config.files import ProgramInputError, load_project, program_config
+from spotctl.preview.ids import stable_hex
+
+
+def _plain(value: Any) -> Any:
+    """Wire-format property value -> JSON: secrets unwrapped, resource references as URNs, values
+    not known until deploy as the engine's unknown marker (as `pulumi preview --json` writes
+    them)."""
+    if isinstance(value, Unknown):
+        return rpc.UNKNOWN
+    if isinstance(value, dict):
+        signature = value.get(rpc._special_sig_key)
+        if signature == rpc._special_secret_sig:
+            return _plain(value.get("value"))
+        if signature == rpc._special_resource_sig:
+            return value.get("urn")
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class CloudMocks(mocks.Mocks):
+    """Answers resource registrations and invokes with cloud-shaped values."""
+
+    def __init__(
+        self,
+        region: str,
+        gcp_project: str = gcp.DEFAULT_PROJECT,
+        gcp_region: str = gcp.DEFAULT_REGION,
+    ) -> None:
+        self.default_region = region
+        self.provider_regions: dict[str, str] = {}
+        self.gcp_default = (gcp_project, gcp_region)
+        self.gcp_providers: dict[str, tuple[str, str]] = {}
+
+    def gcp_scope(self, provider_ref: str | None) -> tuple[str, str]:
+        """(project, region) of a pulumi-gcp resource: its provider's, or the stack config's."""
+        return self.gcp_providers.get(provider_ref or "", self.gcp_default)
+
+    def region_of(self, provider_ref: str | None) -> str:
+        return self.provider_regions.get(provider_ref or "", self.default_region)
+
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict]:
+        state = dict(args.inputs)
+        resource_id = f"{args.name}-{stable_hex(args.typ + args.name, 8)}"
+        if args.typ.startswith("pulumi:providers:"):
+            return stable_hex(args.typ + args.name, 32), state
+        if args.typ.startswith("aws:"):
+            resource_id = aws.aws_outputs(args.typ, args.name, state, self.region_of(args.provider))
+        if args.typ.startswith("gcp:"):
+            scope = self.gcp_scope(args.provider)
+            resource_id = gcp.gcp_outputs(args.typ, args.name, state, *scope)
+        return resource_id, state
+
+    def call(self, args: mocks.MockCallArgs) -> dict | tuple[dict, list]:
+        answer = None
+        if args.token.startswith("aws:"):
+            answer = aws.aws_invoke(args.token, args.args, self.region_of(args.provider))
+        if args.token.startswith("gcp:"):
+            answer = gcp.gcp_invoke(args.token, args.args, *self.gcp_scope(args.provider))
+        # A data source no cloud module models answers with its arguments.
+        return dict(args.args) if answer is None else answer
+
+
+class RecordingMonitor(mocks.MockMonitor):
+    """The mock monitor, also recording what the engine learns about each registration."""
+
+    def __init__(self, cloud_mocks: CloudMocks) -> None:
+        super().__init__(cloud_mocks)
+        self.registrations: list[dict[str, Any]] = []
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        # As the engine does: the root stack never qualifies its children's types.
+        if parent.split("::")[2:3] == ["pulumi:pulumi:Stack"]:
+            parent = ""
+        return super().make_urn(parent, type_, name)
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type.startswith("pulumi:providers:"):
+            region = json_format.MessageToDict(request.object).get("region")
+            self.mocks.provider_regions[f"{response.urn}::{response.id}"] = (
+                region or self.mocks.default_region
+            )
+            if request.type == "pulumi:providers:gcp":
+                provider = json_format.MessageToDict(request.object)
+                project, default_region = self.mocks.gcp_default
+                self.mocks.gcp_providers[f"{response.urn}::{response.id}"] = (
+                    provider.get("project") or project,
+                    region or default_region,
+                )
+        inputs = _plain(json_format.MessageToDict(request.object))
+        registered = self.resources.get(response.urn)
+        self.registrations.append(
+            {
+                "urn": response.urn,
+                "id": response.id or None,
+                "type": request.type,
+                "name": request.name,
+                "parent": request.parent or None,
+                "custom": bool(request.custom),
+                "inputs": inputs,
+                "outputs": _plain(registered.state) if registered else {},
+                "dependencies": list(request.dependencies),
+                "provider": request.provider or None,
+                "ignore_changes": list(request.ignoreChanges),
+                "error_hooks": list(request.hooks.on_error),
+            }
+        )
+        return response
+
+
+class Diagnostics(logging.Handler):
+    """Collects what the program logs through the engine (`pulumi.log.*`), as the CLI shows it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append((record.levelname.lower(), record.getMessage()))
+
+
+def strict_deprecations() -> None:
+    """Every deprecation pulumi-aws reports becomes an error: deprecated resources (an engine
+    warning) and deprecated properties of its Args classes (a DeprecationWarning).
+
+    pulumi-aws also warns at import time about every deprecated class a module defines, whether
+    used or not ("X has been deprecated in favor of Y"); those say nothing about the program.
+    """
+    warnings.filterwarnings("error", category=DeprecationWarning, module=r"pulumi_aws\.")
+    warnings.filterwarnings(
+        "ignore", message=r".* has been deprecated in favor of ", category=DeprecationWarning
+    )
+
+
+def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[str, Any]]:
+    project = load_project(program_dir)
+    config, secret_keys = program_config(program_dir, project, stack)
+    main = (program_dir / project.get("main", ".")).resolve()
+    os.chdir(program_dir)
+    sys.path.insert(0, str(main if main.is_dir() else main.parent))
+    pulumi.runtime.set_all_config(config, secret_keys)
+    logger = logging.getLogger("spotctl.preview.engine")
+    logger.propagate = False
+    logger.addHandler(diagnostics)
+    monitor = RecordingMonitor(
+        CloudMocks(
+            config.get("aws:region", aws.DEFAULT_REGION),
+            gcp_project=config.get("gcp:project", gcp.DEFAULT_PROJECT),
+            gcp_region=config.get("gcp:region", gcp.DEFAULT_REGION),
+        )
+    )
+    pulumi.runtime.set_mocks(
+        monitor.mocks,
+        project=project["name"],
+        stack=stack,
+        preview=True,
+        logger=logger,
+        monitor=monitor,
+    )
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(main), run_name="__main__")))
+    return monitor.registrations
+
+
+def main(argv: list[str]) -> int:
+    program_dir, stack, out = Path(argv[0]).resolve(), argv[1], Path(argv[2]).resolve()
+    strict = "--strict-deprecations" in argv[3:]
+    if strict:
+        strict_deprecations()
+    diagnostics = Diagnostics()
+    try:
+        result, status = {"resources": run(program_dir, stack, diagnostics)}, 0
+    except (pulumi.RunError, ProgramInputError) as exc:
+        result, status = {"error": str(exc)}, 2
+    except DeprecationWarning as exc:  # raised only in strict mode
+        result, status = {"error": f"uses deprecated pulumi-aws API: {exc}"}, 2
+    except Exception:  # noqa: BLE001 - a crashing program is reported, with its traceback
+        result, status = {"error": traceback.format_exc()}, 1
+    # As `pulumi preview` does: an error logged by the program fails the preview.
+    failures = [m for level, m in diagnostics.messages if level in ("error", "critical")]
+    if strict:
+        failures += [m for _, m in diagnostics.messages if "deprecated" in m.lower()]
+    if failures and status == 0:
+        result, status = {"error": "\n".join(failures)}, 1
+    result["diagnostics"] = diagnostics.messages
+    out.write_text(json.dumps(result))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
