@@ -15,25 +15,6 @@ DOC = REPO / "docs" / "architecture.md"
 # circles it breaks. This set only shrinks: the test fails on a finding outside it and on an
 # entry no longer found, and it is empty once the restructuring is merged.
 KNOWN_FINDINGS = {
-    # components/config/ (capacity.py and gcp/config.py join it)
-    "circle: components.capacity components.config",
-    "arrow: components.capacity -> components.catalog",
-    "arrow: components.capacity -> components.config",
-    "arrow: components.config -> components.gcp.config",
-    "arrow: components.gcp.registry -> components.aws.registry",
-    # spotctl/preview/ (policy_analyzer.py joins it), spotctl/render/ (scheduling.py joins it);
-    # the runbook loader under spotctl/review/, its command checker out of spotctl
-    "circle: spotctl.policy_analyzer spotctl.preview",
-    "arrow: spotctl.policy_analyzer -> spotctl.preview",
-    "arrow: spotctl.scheduling -> spotctl.preview",
-    "arrow: spotctl.scheduling -> components.k8s.gpus",
-    "arrow: spotctl.scheduling -> components.pools",
-    "circle: spotctl.cli spotctl.review spotctl.review.collect spotctl.review.report "
-    "spotctl.runbooks",
-    "arrow: spotctl.runbooks -> spotctl.cli",
-    "arrow: spotctl.runbooks -> spotsafe.metrics",
-    # The plan's package face holds Scenario, which plan/report.py names.
-    "circle: spotctl.plan spotctl.plan.report",
     # spotsafe.local (local_servers.py, local_metadata.py); sharded.py off the checkpointer's
     # private members
     "no module: training-image/spotsafe/local/",

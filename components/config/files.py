@@ -23,6 +23,18 @@ class ProgramInputError(Exception):
     """The program directory or its stack files cannot be read as given."""
 
 
+def find_program(start: Path) -> Path:
+    """The Pulumi project `start` lies in: the nearest folder upward with a Pulumi.yaml, as the
+    Pulumi CLI finds it."""
+    for folder in (start, *start.parents):
+        if any((folder / name).is_file() for name in ("Pulumi.yaml", "Pulumi.yml")):
+            return folder
+    raise ProgramInputError(
+        f"no Pulumi.yaml in {start} or any folder above it: run from a Pulumi project or pass "
+        "--program"
+    )
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """YAML as the Pulumi CLI reads it: a key written twice in one mapping is an error, not the
     last value silently winning."""

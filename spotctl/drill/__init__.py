@@ -184,16 +184,16 @@ def _cloud(run: CloudRun, dry_run: bool, json_path: Path | None) -> None:
     """The cloud drill: a bad input is one line and exit 2, a cloud that fails it exit 1."""
     from rich.console import Console
 
+    from components.config.files import ProgramInputError, find_program
     from spotctl.drill.cloud import CloudRunError
     from spotctl.drill.cloud_run import CloudRunInputError, cloud_drill
     from spotctl.drill.ledger import PrometheusError
-    from spotctl.preview import PreviewError, find_program
 
     try:
         if json_path is not None:
             output_file(json_path, "--json")
         program = find_program(Path.cwd())
-    except (OutputError, PreviewError) as exc:
+    except (OutputError, ProgramInputError) as exc:
         raise fail(OutputError(str(exc))) from None
     try:
         cloud_drill(run, dry_run, json_path, Console(), program)

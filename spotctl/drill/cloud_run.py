@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from components.config import ConfigError, StackConfig, load_config
+from components.config.files import ProgramInputError
+from components.config.loading import stack_document
 from spotctl.drill import ledger
 from spotctl.drill.cloud import CloudRunError, FisDrill, GkeDrill, Wait
 from spotctl.drill.config import GKE_PERCENT, CloudRun
@@ -23,12 +25,10 @@ class CloudRunInputError(Exception):
 
 def read_stack(program: Path, stack: str, option: str = "--cloud-run") -> StackConfig:
     """The stack's config; a missing or invalid one is one line naming the option."""
-    from spotctl.review.collect import stack_values
-
     try:
-        return load_config(stack_values(program, stack))
-    except OSError as exc:
-        raise CloudRunInputError(f"{option} {stack}: no such stack ({exc.strerror})") from None
+        return load_config(stack_document(program, stack))
+    except ProgramInputError as exc:
+        raise CloudRunInputError(f"{option} {stack}: {exc}") from None
     except ConfigError as exc:
         path, message = exc.problems[0]
         more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""

@@ -243,12 +243,12 @@ def _image(i: Inputs) -> tuple[str, str]:
     settings (--stack), or a plain pull."""
     if i.stack is None:
         return (i.image, "--image") if i.image else (PULL, "default: a plain pull")
+    from components.config.files import ProgramInputError, find_program
     from spotctl.drill.cloud_run import CloudRunInputError, read_stack
-    from spotctl.preview import PreviewError, find_program
 
     try:
         settings = read_stack(find_program(Path.cwd()), i.stack, "--stack")
-    except (CloudRunInputError, PreviewError) as exc:
+    except (CloudRunInputError, ProgramInputError) as exc:
         raise PlanError(str(exc)) from None
     if settings.cloud != i.cloud:
         raise PlanError(f"--stack {i.stack} is a {settings.cloud} stack, not {i.cloud}")

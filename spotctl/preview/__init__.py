@@ -14,10 +14,10 @@ from typing import Annotated
 
 import typer
 
+from components.config.files import ProgramInputError, find_program
 from spotctl.preview.resources import (
     PreviewError,
     PreviewResource,
-    find_program,
     resource_tree,
     run_preview,
     waits_for,
@@ -68,6 +68,9 @@ def command(
     except PreviewError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1 if exc.crashed else 2) from None
+    except ProgramInputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     resources = previewed.resources
     typer.echo(resource_tree(resources))
     if previewed.diagnostics:

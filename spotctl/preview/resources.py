@@ -155,15 +155,3 @@ def unknown_inputs(value: Any, path: str = "") -> list[str]:
             found for i, item in enumerate(value) for found in unknown_inputs(item, f"{path}[{i}]")
         ]
     return []
-
-
-def find_program(start: Path) -> Path:
-    """The Pulumi project `start` lies in: the nearest folder upward with a Pulumi.yaml, as the
-    Pulumi CLI finds it."""
-    for folder in (start, *start.parents):
-        if any((folder / name).is_file() for name in ("Pulumi.yaml", "Pulumi.yml")):
-            return folder
-    raise PreviewError(
-        f"no Pulumi.yaml in {start} or any folder above it: run from a Pulumi project or pass "
-        "--program"
-    )

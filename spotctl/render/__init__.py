@@ -26,10 +26,11 @@ from typing import Annotated
 
 import typer
 
+from components.config.files import ProgramInputError, find_program
 from components.versions import KUBERNETES_VERSION
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail
 from spotctl.preview import ProgramOption, StackOption
-from spotctl.preview.resources import PreviewError, find_program
+from spotctl.preview.resources import PreviewError
 from spotctl.render.manifests import (
     RenderError,
     major_minor,
@@ -75,7 +76,7 @@ def command(
         rendered = render_stack(program or find_program(Path.cwd()), stack)
     except OutputError as exc:
         raise fail(exc) from None
-    except (RenderError, PreviewError) as exc:
+    except (RenderError, PreviewError, ProgramInputError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     target.clear()

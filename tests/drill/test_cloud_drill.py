@@ -301,7 +301,7 @@ def test_a_dry_run_names_the_template_and_the_queries_and_starts_nothing(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--cloud-run", "nowhere", "--dry-run"], "--cloud-run nowhere: no such stack"),
+        (["--cloud-run", "nowhere", "--dry-run"], "--cloud-run nowhere: no stack 'nowhere'"),
         (["--cloud-run", "dev", "--dry-run"], "stack dev sets no aws.spot_drill"),
         (["--cloud-run", "prod"], "--prometheus is required with --cloud-run"),
         (
