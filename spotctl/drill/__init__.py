@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from spotctl.drill.config import GKE_PERCENT, RECOVERY_S, CloudRun, DrillConfig, Prices
-from spotctl.outputs import OutputDirectory, OutputError, fail, output_file
+from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail, output_file
 
 D = DrillConfig
 
@@ -80,9 +80,7 @@ def command(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the JSON report here.")
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Write into an --out that holds other files too.")
-    ] = False,
+    force: ForceOption = False,
     cloud_run: Annotated[
         str | None,
         typer.Option(
