@@ -73,7 +73,8 @@ def test_subnet_has_pod_and_service_ranges_and_nat_egress(prod: Preview):
         {"name": subnet.id, "sourceIpRangesToNats": ["ALL_IP_RANGES"]}
     ]
     # Static egress addresses an SMTP relay can allowlist (auto-allocated ones change).
-    addresses = prod.of_type("gcp:compute/address:Address")
+    # In the order of their names: the engine may register the two in either order.
+    addresses = sorted(prod.of_type("gcp:compute/address:Address"), key=lambda a: a.name)
     assert len(addresses) == PROD.gcp.cluster.create.network.nat_addresses == 2
     assert nat.inputs["natIpAllocateOption"] == "MANUAL_ONLY"
     assert nat.inputs["natIps"] == [a.outputs["selfLink"] for a in addresses]
