@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from spotsafe.local_servers import LOCAL_AWS_ENV, gcs_server, s3_server
+from spotsafe.local.servers import LOCAL_AWS_ENV, gcs_server, s3_server
 from stack_files import REPO_ROOT
 
 # Third-party schemas live beside the repository, never inside it.

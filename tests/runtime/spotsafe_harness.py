@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import boto3
-from spotsafe.local_servers import LOCAL_AWS_ENV
+from spotsafe.local.servers import LOCAL_AWS_ENV
 
 TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
 BIN = Path(sys.executable).parent  # spotsafe-run and python, as on the image's PATH
@@ -171,7 +171,7 @@ def run_ranks(
 ) -> list[subprocess.CompletedProcess]:
     """Run a Python script on `world` gloo ranks (one process without a process group when
     world is 1), as torchrun would start them; each rank's exit code, stdout and stderr."""
-    from spotsafe.local_servers import free_port
+    from spotsafe.local.servers import free_port
 
     env = {**os.environ, **(env or {})}
     if world > 1:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from spotsafe.local_servers import free_port
+from spotsafe.local.servers import free_port
 
 RANK_LOOP = textwrap.dedent(
     """

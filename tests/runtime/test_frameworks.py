@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from spotsafe.local_servers import LOCAL_AWS_ENV
+from spotsafe.local.servers import LOCAL_AWS_ENV
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe_harness import create_bucket, s3_keys
 

@@ -35,7 +35,7 @@ from s3_iam import PerKeyDeletes, admin_client, client_as, enforce_iam, iam_user
 from spotsafe import Run
 from spotsafe.errors import StoragePermissionError
 from spotsafe.examples.train import TrainConfig, run
-from spotsafe.local_servers import free_port, s3_server
+from spotsafe.local.servers import free_port, s3_server
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe.storage import open_store, s3
 from spotsafe_harness import start_trainer

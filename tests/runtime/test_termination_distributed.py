@@ -12,7 +12,7 @@ import textwrap
 
 import torch
 from spotsafe import Checkpointer, Extras
-from spotsafe.local_servers import free_port
+from spotsafe.local.servers import free_port
 from spotsafe.preemption import EXIT_PREEMPTED
 
 # Each step adds 1 to every element of a row-sharded weight, so the weight is its step count.

@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from spotsafe.local_metadata import AwsImds, GceMetadata
-from spotsafe.local_servers import LOCAL_AWS_ENV, free_port
+from spotsafe.local.metadata import AwsImds, GceMetadata
+from spotsafe.local.servers import LOCAL_AWS_ENV, free_port
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe_harness import create_bucket
 
