@@ -1,7 +1,11 @@
 """HF Trainer and Lightning under spotsafe's callbacks, as real processes against the real
 S3-API server: a SIGTERM ends in a durable save and exit 75, a SIGKILL loses only the steps since
 the last save, and each resumed run ends at the uninterrupted run's step with bitwise-equal
-weights. A restart of a finished run trains nothing."""
+weights. A restart of a finished run trains nothing.
+
+The SIGTERM comes at the end of an epoch's last step, always the same one: a save there resumes
+into the next epoch, whose shuffle must come from the saved generator (a notice sent from outside
+landed there only under load). The SIGKILL comes mid-epoch."""
 
 from __future__ import annotations
 
@@ -21,12 +25,25 @@ from spotsafe_harness import create_bucket, s3_keys
 FRAMEWORKS = Path(__file__).parent / "frameworks"
 # (script, max_steps): 10 steps an epoch, so each run crosses into a second or third epoch.
 RUNS = {"hf": ("hf_train.py", 14), "lightning": ("pl_train.py", 23)}
+EPOCH_END = 10  # the first epoch's last step
 
 
-def start(framework: str, uri: str, local: Path, endpoint: str) -> subprocess.Popen:
+def start(
+    framework: str, uri: str, local: Path, endpoint: str, *notice_step: str
+) -> subprocess.Popen:
+    """The framework's script; with a notice step, it sends itself a SIGTERM at that step."""
     script, steps = RUNS[framework]
     return subprocess.Popen(
-        [sys.executable, "-W", "ignore", str(FRAMEWORKS / script), uri, str(local), str(steps)],
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            str(FRAMEWORKS / script),
+            uri,
+            str(local),
+            str(steps),
+            *notice_step,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -67,15 +84,16 @@ def test_interrupted_run_resumes_to_the_uninterrupted_weights(
 ) -> None:
     framework, expected = reference
     uri = f"s3://frameworks-{framework}/{sig.name.lower()}"
-    proc = start(framework, uri, tmp_path / "first", aws_env)
-    interrupted_at(proc, 8, sig)
-    code, _, err = finish(proc)
     if sig == signal.SIGTERM:
+        code, _, err = finish(start(framework, uri, tmp_path / "first", aws_env, str(EPOCH_END)))
         assert code == EXIT_PREEMPTED, err
         stopped = int(re.search(r"final save at step (\d+) durable", err)[1])
-        assert stopped >= 8, "the notice is taken at the first step boundary after it"
+        assert stopped == EPOCH_END, "the notice is taken at the step boundary it came in"
         assert f"step-{stopped}/manifest.json" in s3_keys(uri)
     else:
+        proc = start(framework, uri, tmp_path / "first", aws_env)
+        interrupted_at(proc, 8, sig)
+        code, _, err = finish(proc)
         assert code == -signal.SIGKILL
 
     code, resumed, err = finish(start(framework, uri, tmp_path / "second", aws_env))  # new node
