@@ -19,6 +19,9 @@ import boto3
 from spotsafe.local.servers import LOCAL_AWS_ENV, free_port
 
 TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
+# The example trainer's run that the exact-resume and fault tests interrupt, then compare with
+# the same run uninterrupted (conftest's `uninterrupted`, run once per session).
+INTERRUPTED_RUN = ["--steps", "60", "--every-steps", "5", "--seed", "3"]
 BIN = Path(sys.executable).parent  # spotsafe-run and python, as on the image's PATH
 _REQUEST_LINE = re.compile(rb"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/1")
 _CRC32C_HEADER = re.compile(rb"(?i)x-amz-checksum-crc32c: (\S+)")

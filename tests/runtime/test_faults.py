@@ -26,21 +26,12 @@ from spotsafe import Checkpointer, Extras
 from spotsafe.errors import StorageError
 from spotsafe.storage import open_store
 from spotsafe.storage.parts import PART_SIZE
-from spotsafe_harness import run_trainer, start_trainer
+from spotsafe_harness import INTERRUPTED_RUN, run_trainer, start_trainer
 
-ARGS = ["--steps", "60", "--every-steps", "5", "--seed", "3"]
 TRIALS = int(os.environ.get("SPOTSAFE_FAULT_TRIALS", "1"))
 RATE = 0.2  # of requests that meet a fault: a dozen or more per trial
 # The emulator's variable (GCS) or the endpoint's (S3) that points a trainer at the proxy.
 ENDPOINT_VARIABLE = {"s3": "AWS_ENDPOINT_URL", "gcs": "STORAGE_EMULATOR_HOST"}
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict:
-    uri = f"file://{tmp_path_factory.mktemp('reference')}"
-    rc, result, err = run_trainer(*ARGS, "--checkpoint-uri", uri)
-    assert rc == 0, err
-    return result
 
 
 @pytest.fixture(params=["s3", "gcs"])
@@ -150,7 +141,7 @@ def test_a_gcs_upload_whose_last_answer_was_lost_is_done(proxied: tuple[str, Fau
 
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_runs_finish_exactly_through_faults_and_kills(
-    service: str, store_uri: tuple[str, str], trial: int, reference: dict
+    service: str, store_uri: tuple[str, str], trial: int, uninterrupted: dict
 ) -> None:
     uri, endpoint = store_uri
     seed = trial * 2 + (service == "gcs")
@@ -160,7 +151,7 @@ def test_runs_finish_exactly_through_faults_and_kills(
     errors = []
     for _ in range(chance.randint(1, 2)):
         # Killed at a random moment of its storage traffic (a full run makes about 40 requests).
-        proc = start_trainer(*ARGS, "--checkpoint-uri", uri, env=env)
+        proc = start_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", uri, env=env)
         kill_at = proxy.requests + chance.randint(1, 40)
         while proxy.requests < kill_at and proc.poll() is None:
             time.sleep(0.005)
@@ -168,13 +159,13 @@ def test_runs_finish_exactly_through_faults_and_kills(
         _, err = proc.communicate(timeout=30)
         assert proc.returncode in (0, -signal.SIGKILL), err  # finished before the kill, or killed
         errors.append(err)
-    rc, result, err = run_trainer(*ARGS, "--checkpoint-uri", uri, env=env)
+    rc, result, err = run_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", uri, env=env)
     errors.append(err)
     proxy.close()
 
     assert rc == 0, err
     assert result["final_step"] == 60
-    assert result["weights_sha256"] == reference["weights_sha256"]
+    assert result["weights_sha256"] == uninterrupted["weights_sha256"]
     assert result["skipped"] == [], "a restore met a checkpoint it could not verify"
     tracebacks = sum(e.count("Traceback (most recent call last)") for e in errors)
     false_foreign = sum(e.count("by another writer") for e in errors)
