@@ -12,6 +12,7 @@ a physical name in the provider's formats, so no program has to special-case a p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -33,7 +34,6 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from spotctl import preview_gcp
-from spotctl.preview_ids import stable_hex
 
 ACCOUNT_ID = "123456789012"
 # Lookups that find nothing in the new, empty account a preview stands for.
@@ -169,6 +169,10 @@ def _config_string(value: Any) -> str:
     return json.dumps(value)
 
 
+def _hex(seed: str, length: int) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:length]
+
+
 def _plain(value: Any) -> Any:
     """Wire-format property value -> JSON: secrets unwrapped, resource references as URNs, values
     not known until deploy as the engine's unknown marker (as `pulumi preview --json` writes
@@ -212,9 +216,9 @@ class CloudMocks(mocks.Mocks):
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict]:
         state = dict(args.inputs)
-        resource_id = f"{args.name}-{stable_hex(args.typ + args.name, 8)}"
+        resource_id = f"{args.name}-{_hex(args.typ + args.name, 8)}"
         if args.typ.startswith("pulumi:providers:"):
-            return stable_hex(args.typ + args.name, 32), state
+            return _hex(args.typ + args.name, 32), state
         if args.typ.startswith("aws:"):
             resource_id = aws_outputs(args, state, self.region_of(args.provider))
         if args.typ.startswith("gcp:"):
@@ -271,7 +275,7 @@ def _arn(service: str, region: str, resource: str) -> str:
 
 
 def eks_cluster_state(name: str, region: str, state: dict) -> dict:
-    issuer_id = stable_hex(name, 32).upper()
+    issuer_id = _hex(name, 32).upper()
     state.update(
         name=name,
         arn=_arn("eks", region, f"cluster/{name}"),
@@ -286,7 +290,7 @@ def eks_cluster_state(name: str, region: str, state: dict) -> dict:
     )
     state.setdefault("version", "1.35")
     vpc = state.get("vpcConfig") or {}
-    state["vpcConfig"] = {**vpc, "clusterSecurityGroupId": f"sg-{stable_hex(name + 'sg', 17)}"}
+    state["vpcConfig"] = {**vpc, "clusterSecurityGroupId": f"sg-{_hex(name + 'sg', 17)}"}
     return state
 
 
@@ -308,7 +312,7 @@ EC2_ID_PREFIX = {
 def aws_outputs(args: mocks.MockResourceArgs, state: dict, region: str) -> str:
     """Fill the computed outputs pulumi-aws returns after a create; return the physical id."""
     typ, logical = args.typ, args.name
-    autoname = f"{logical}-{stable_hex(typ + logical, 7)}"
+    autoname = f"{logical}-{_hex(typ + logical, 7)}"
     module = typ.split(":")[1].split("/")[0]
     if module == "s3":
         bucket = state.setdefault("bucket", autoname.lower()[:63])
@@ -321,14 +325,14 @@ def aws_outputs(args: mocks.MockResourceArgs, state: dict, region: str) -> str:
             )
         return bucket
     if typ in EC2_ID_PREFIX:
-        physical = f"{EC2_ID_PREFIX[typ]}-{stable_hex(typ + logical, 17)}"
+        physical = f"{EC2_ID_PREFIX[typ]}-{_hex(typ + logical, 17)}"
         state["arn"] = _arn("ec2", region, f"{EC2_ID_PREFIX[typ]}/{physical}")
         state.setdefault("ownerId", ACCOUNT_ID)
         if typ == "aws:ec2/vpc:Vpc":
-            state["defaultSecurityGroupId"] = f"sg-{stable_hex(logical + 'default', 17)}"
-            state["mainRouteTableId"] = f"rtb-{stable_hex(logical + 'main', 17)}"
+            state["defaultSecurityGroupId"] = f"sg-{_hex(logical + 'default', 17)}"
+            state["mainRouteTableId"] = f"rtb-{_hex(logical + 'main', 17)}"
         if typ == "aws:ec2/eip:Eip":
-            state["publicIp"] = f"198.51.100.{int(stable_hex(logical, 2), 16) % 250 + 1}"
+            state["publicIp"] = f"198.51.100.{int(_hex(logical, 2), 16) % 250 + 1}"
         if typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state["latestVersion"] = 1
         return physical
@@ -339,11 +343,11 @@ def aws_outputs(args: mocks.MockResourceArgs, state: dict, region: str) -> str:
         if resource in kind:
             path = state.get("path", "/")
             state["arn"] = f"arn:aws:iam::{ACCOUNT_ID}:{kind[resource]}{path}{name}"
-            state["uniqueId"] = "AROA" + stable_hex(logical, 17).upper()
+            state["uniqueId"] = "AROA" + _hex(logical, 17).upper()
         return name
     if module == "kms":
         if typ == "aws:kms/key:Key":
-            key_id = str(uuid.UUID(stable_hex(logical, 32)))
+            key_id = str(uuid.UUID(_hex(logical, 32)))
             state.update(keyId=key_id, arn=_arn("kms", region, f"key/{key_id}"))
             return key_id
         name = state.setdefault("name", f"alias/{autoname}")
@@ -387,18 +391,18 @@ def aws_outputs(args: mocks.MockResourceArgs, state: dict, region: str) -> str:
         cluster = state.get("clusterName", "cluster")
         name = state.setdefault("nodeGroupName", autoname)
         state.update(
-            arn=_arn("eks", region, f"nodegroup/{cluster}/{name}/{stable_hex(name, 8)}"),
+            arn=_arn("eks", region, f"nodegroup/{cluster}/{name}/{_hex(name, 8)}"),
             status="ACTIVE",
             resources=[
                 {
-                    "autoscalingGroups": [{"name": f"eks-{name}-{stable_hex(name + 'asg', 8)}"}],
+                    "autoscalingGroups": [{"name": f"eks-{name}-{_hex(name + 'asg', 8)}"}],
                     "remoteAccessSecurityGroupId": "",
                 }
             ],
         )
         return f"{cluster}:{name}"
     if typ == "aws:eks/podIdentityAssociation:PodIdentityAssociation":
-        association = f"a-{stable_hex(logical, 17)}"
+        association = f"a-{_hex(logical, 17)}"
         state.update(
             associationId=association,
             associationArn=_arn(

@@ -7,10 +7,9 @@ Values are derived from the logical name, so a preview is reproducible.
 from __future__ import annotations
 
 import base64
+import hashlib
 import ipaddress
 import uuid
-
-from spotctl.preview_ids import stable_hex
 
 DEFAULT_PROJECT = "preview-project"
 DEFAULT_REGION = "us-central1"
@@ -21,9 +20,13 @@ GKE_PATCH_VERSION = "1.35.1-gke.1396000"
 CA_CERTIFICATE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\npreview\n").decode()
 
 
+def _hex(seed: str, length: int) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:length]
+
+
 def _digits(seed: str, length: int) -> str:
     """A decimal number of exactly `length` digits (no leading zero)."""
-    return str(10 ** (length - 1) + int(stable_hex(seed, 24), 16) % (9 * 10 ** (length - 1)))
+    return str(10 ** (length - 1) + int(_hex(seed, 24), 16) % (9 * 10 ** (length - 1)))
 
 
 def project_number(project: str) -> str:
@@ -33,7 +36,7 @@ def project_number(project: str) -> str:
 def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) -> str:
     """Fill the computed outputs pulumi-gcp returns after a create; return the resource id."""
     project = state.get("project") or project
-    autoname = f"{logical}-{stable_hex(typ + logical, 7)}"
+    autoname = f"{logical}-{_hex(typ + logical, 7)}"
     resource = typ.split(":")[-1]
     module = typ.split(":")[1].split("/")[0]
     if module == "compute":
@@ -53,15 +56,17 @@ def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) 
             state["numericId"] = _digits(logical, 19)
         if resource == "Address" and state.get("addressType", "EXTERNAL") == "EXTERNAL":
             # An external address from Google's ranges, stable per logical name.
-            second = int(stable_hex(logical, 2), 16) % 250 + 1
-            state.setdefault("address", f"35.{second}.7.{int(stable_hex(logical + 'a', 2), 16)}")
+            state.setdefault(
+                "address",
+                f"35.{int(_hex(logical, 2), 16) % 250 + 1}.7.{int(_hex(logical + 'a', 2), 16)}",
+            )
         if resource == "Subnetwork":
             network = ipaddress.ip_network(state.get("ipCidrRange", "10.0.0.0/24"))
             state.update(
                 region=state.get("region", region),
                 gatewayAddress=str(network.network_address + 1),
                 subnetworkId=int(_digits(logical, 18)),
-                fingerprint=stable_hex(logical, 12),
+                fingerprint=_hex(logical, 12),
             )
         return resource_id
     if typ == "gcp:container/cluster:Cluster":
@@ -72,7 +77,7 @@ def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) 
         zones = state.get("nodeLocations") or [f"{location}-a"]
         groups = [
             f"{COMPUTE}/projects/{project}/zones/{zone}/instanceGroupManagers/"
-            f"gke-{cluster}-{name}-{stable_hex(name + zone, 8)}-grp"
+            f"gke-{cluster}-{name}-{_hex(name + zone, 8)}-grp"
             for zone in zones
         ]
         state.update(
@@ -130,7 +135,7 @@ def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) 
         )
         if module == "storage":
             target = f"b/{target}"
-        state["etag"] = base64.b64encode(bytes.fromhex(stable_hex(logical, 16))).decode()
+        state["etag"] = base64.b64encode(bytes.fromhex(_hex(logical, 16))).decode()
         return f"{target}/{state.get('role')}/{state.get('member')}"
     if typ == "gcp:cloudscheduler/job:Job":
         name = state.setdefault("name", autoname)
@@ -152,14 +157,14 @@ def gcp_outputs(typ: str, logical: str, state: dict, project: str, region: str) 
                 condition["name"] = f"{name}/conditions/{_digits(f'{logical}{index}', 19)}"
             return name
         if resource == "Dashboard":
-            dashboard = uuid.UUID(stable_hex(logical, 32))
+            dashboard = uuid.UUID(_hex(logical, 32))
             return f"projects/{project_number(project)}/dashboards/{dashboard}"
     if typ == "gcp:cloudquota/sQuotaPreference:SQuotaPreference":
         name = state.setdefault("name", autoname)
         config = dict(state.get("quotaConfig") or {})
         config.setdefault("grantedValue", "0")
-        config.setdefault("traceId", stable_hex(logical, 32))
-        state.update(quotaConfig=config, reconciling=True, etag=stable_hex(logical + "etag", 16))
+        config.setdefault("traceId", _hex(logical, 32))
+        state.update(quotaConfig=config, reconciling=True, etag=_hex(logical + "etag", 16))
         return (
             f"{state.get('parent', f'projects/{project}')}/locations/global/quotaPreferences/{name}"
         )
@@ -174,8 +179,7 @@ def _cluster(state: dict, autoname: str, project: str, region: str) -> str:
     private = dict(state.get("privateClusterConfig") or {})
     control_plane = ipaddress.ip_network(private.get("masterIpv4CidrBlock", "172.16.0.0/28"))
     private_endpoint = str(control_plane.network_address + 2)
-    second, third = int(stable_hex(name, 2), 16) % 250 + 1, int(stable_hex(name + "b", 2), 16)
-    public_endpoint = f"34.{second}.{third}.10"
+    public_endpoint = f"34.{int(_hex(name, 2), 16) % 250 + 1}.{int(_hex(name + 'b', 2), 16)}.10"
     private.update(privateEndpoint=private_endpoint, publicEndpoint=public_endpoint)
     resource_id = f"projects/{project}/locations/{location}/clusters/{name}"
     state.update(
@@ -189,7 +193,7 @@ def _cluster(state: dict, autoname: str, project: str, region: str) -> str:
             "clusterCaCertificate": CA_CERTIFICATE,
         },
         masterVersion=state.get("minMasterVersion") or GKE_PATCH_VERSION,
-        labelFingerprint=stable_hex(name + "labels", 8),
+        labelFingerprint=_hex(name + "labels", 8),
     )
     return resource_id
 
