@@ -26,32 +26,9 @@ ADVISORY = EnforcementLevel.ADVISORY
 Check = Callable[[Any, Callable[..., None], Mapping[str, Any]], None]
 
 
-def _policy_args(
-    name: str,
-    what: str,
-    check: Check,
-    level: EnforcementLevel,
-    config: Mapping | None,
-    waivable: bool,
-) -> dict:
-    config = config or {}
-    defaults = {key: schema["default"] for key, schema in config.items()}
-
-    def validate(args, report_violation) -> None:
-        if waivable:
-            report_violation = honoured(name, report_violation, getattr(args, "urn", ""))
-        check(args, report_violation, {**defaults, **(args.get_config() or {})})
-
-    return {
-        "description": what,
-        "validate": validate,
-        "enforcement_level": level,
-        "config_schema": PolicyConfigSchema(properties=dict(config)) if config else None,
-    }
-
-
-class ResourceRule(ResourceValidationPolicy):
-    """A check of one resource at a time (the engine's Analyze call)."""
+class _Explained:
+    """The construction both kinds of rule share: the check behind waivers and configured
+    thresholds, and the reason it exists. Mixed in before the Pulumi policy class it builds."""
 
     def __init__(
         self,
@@ -63,24 +40,29 @@ class ResourceRule(ResourceValidationPolicy):
         config: Mapping[str, dict] | None = None,
         waivable: bool = True,
     ) -> None:
-        super().__init__(name=name, **_policy_args(name, what, check, level, config, waivable))
+        config = config or {}
+        defaults = {key: schema["default"] for key, schema in config.items()}
+
+        def validate(args, report_violation) -> None:
+            if waivable:
+                report_violation = honoured(name, report_violation, getattr(args, "urn", ""))
+            check(args, report_violation, {**defaults, **(args.get_config() or {})})
+
+        super().__init__(
+            name=name,
+            description=what,
+            validate=validate,
+            enforcement_level=level,
+            config_schema=PolicyConfigSchema(properties=dict(config)) if config else None,
+        )
         self.why = why
 
 
-class StackRule(StackValidationPolicy):
+class ResourceRule(_Explained, ResourceValidationPolicy):
+    """A check of one resource at a time (the engine's Analyze call)."""
+
+
+class StackRule(_Explained, StackValidationPolicy):
     """A check over the whole resource graph (the engine's AnalyzeStack call), for rules that
     span resources: in pulumi-aws v7 a bucket's versioning, lifecycle, encryption and access
     settings are separate resources."""
-
-    def __init__(
-        self,
-        name: str,
-        what: str,
-        why: str,
-        check: Check,
-        level: EnforcementLevel = ADVISORY,
-        config: Mapping[str, dict] | None = None,
-        waivable: bool = True,
-    ) -> None:
-        super().__init__(name=name, **_policy_args(name, what, check, level, config, waivable))
-        self.why = why

@@ -1,14 +1,15 @@
-"""Shared fixtures: real local object-store servers, the third-party schemas, and copies of the
-program with a stack of given config values."""
+"""Shared fixtures: real local object-store servers, the third-party schemas, previews of the
+repository's stacks, and copies of the program with a stack of given config values."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
-from spotsafe.local_servers import LOCAL_AWS_ENV, gcs_server, s3_server
+from spotsafe.local.servers import LOCAL_AWS_ENV, gcs_server, s3_server
 from stack_files import REPO_ROOT
 
 # Third-party schemas live beside the repository, never inside it.
@@ -40,6 +41,17 @@ def gcs_endpoint() -> str:
 def shared_schemas() -> Path:
     assert SHARED_SCHEMAS.is_dir(), f"third-party schemas not found at {SHARED_SCHEMAS}"
     return SHARED_SCHEMAS
+
+
+@pytest.fixture(scope="session")
+def stack_previews() -> Callable[[str], list]:
+    """Preview a repository stack once per session (the Kubernetes layer's tests and the
+    runtime's team identities read the same stacks)."""
+    from spotctl.preview.resources import (
+        preview_program,  # the mock engine, for the tests that need it
+    )
+
+    return cache(lambda stack: preview_program(REPO_ROOT, stack))
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from recording_proxy import RecordingProxy, Request, Response
-from spotsafe.local_servers import LOCAL_AWS_ENV
+from spotsafe.local.servers import LOCAL_AWS_ENV
 
 REGION = LOCAL_AWS_ENV["AWS_DEFAULT_REGION"]
 S3_XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"

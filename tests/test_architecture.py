@@ -10,27 +10,10 @@ from import_rules import findings
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "architecture.md"
 
-# What the source breaks today while the restructuring the doc describes lands: the config
-# package, the preview package with the runbook loader under review, spotsafe.local, and the
-# circles it breaks. This set only shrinks: the test fails on a finding outside it and on an
-# entry no longer found, and it is empty once the restructuring is merged.
-KNOWN_FINDINGS = {
-    # spotsafe.local (local_servers.py, local_metadata.py); sharded.py off the checkpointer's
-    # private members
-    "no module: training-image/spotsafe/local/",
-    "circle: spotsafe.checkpointer spotsafe.sharded",
-    # The storage package face picks a backend; the backends import ObjectInfo from the face.
-    "circle: spotsafe.storage spotsafe.storage.gcs spotsafe.storage.local spotsafe.storage.s3",
-}
-
 
 def test_the_source_keeps_the_rooms_and_arrows_of_the_doc() -> None:
-    found = findings(REPO, DOC)
-    new = [found[key] for key in found if key not in KNOWN_FINDINGS]
-    gone = sorted(KNOWN_FINDINGS - found.keys())
-    print("known findings, still expected:", *sorted(KNOWN_FINDINGS & found.keys()), sep="\n  ")
-    assert not new, "\n".join(new)
-    assert not gone, "no longer found, remove from KNOWN_FINDINGS:\n  " + "\n  ".join(gone)
+    problems = findings(REPO, DOC)
+    assert not problems, "\n".join(problems.values())
 
 
 def plant(root: Path, files: dict[str, str]) -> None:

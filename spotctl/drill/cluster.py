@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spotsafe.local_metadata import AwsImds, GceMetadata
+from spotsafe.local.metadata import AwsImds, GceMetadata
 
 SPOT = "spot"
 ON_DEMAND = "on-demand"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from spotsafe.local_servers import free_port
+from spotsafe.local.servers import free_port
 
 from spotctl.drill.cluster import Node
 

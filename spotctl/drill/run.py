@@ -9,7 +9,7 @@ from pathlib import Path
 import boto3
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
+from spotsafe.local.servers import LOCAL_AWS_ENV, s3_server
 
 from spotctl.drill import report as reporting
 from spotctl.drill.baseline import BaselineDrill

@@ -28,7 +28,7 @@ import boto3
 import pytest
 import requests
 from rich.console import Console
-from spotsafe.local_servers import free_port
+from spotsafe.local.servers import free_port
 from stack_files import REPO_ROOT, stack_values
 from typer.testing import CliRunner
 

@@ -20,7 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 from previewed import Preview
 from s3_iam import admin_client, client_as, enforce_iam, iam_users
-from spotsafe.local_servers import s3_server
+from spotsafe.local.servers import s3_server
 from stack_files import stack_values
 
 from components.config import load_config

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 
 import pytest
-from stack_files import REPO_ROOT
 
-from spotctl.preview.resources import PreviewResource, preview_program
+from spotctl.preview.resources import PreviewResource
 from spotctl.render.manifests import Rendered, render, write
-
-
-@pytest.fixture(scope="session")
-def stack_previews() -> Callable[[str], list[PreviewResource]]:
-    """Preview a repository stack once per session."""
-    return cache(lambda stack: preview_program(REPO_ROOT, stack))
 
 
 @pytest.fixture(scope="session")

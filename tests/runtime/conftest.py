@@ -11,7 +11,13 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
-from spotsafe_harness import RendezvousStore, TcpProxy, with_bin_on_path
+from spotsafe_harness import (
+    INTERRUPTED_RUN,
+    RendezvousStore,
+    TcpProxy,
+    run_trainer,
+    with_bin_on_path,
+)
 
 from components.k8s.placement import STABLE
 from components.k8s.rendezvous import RendezvousStoreArgs, rendezvous_objects
@@ -22,6 +28,15 @@ def proxy(s3_endpoint: str) -> Iterator[TcpProxy]:
     p = TcpProxy(s3_endpoint)
     yield p
     p.close()
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The example trainer's INTERRUPTED_RUN without interruption: its JSON result."""
+    uri = f"file://{tmp_path_factory.mktemp('uninterrupted')}"
+    rc, result, err = run_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", uri)
+    assert rc == 0, err
+    return result
 
 
 @pytest.fixture

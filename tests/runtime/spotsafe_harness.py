@@ -16,9 +16,12 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import boto3
-from spotsafe.local_servers import LOCAL_AWS_ENV
+from spotsafe.local.servers import LOCAL_AWS_ENV, free_port
 
 TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
+# The example trainer's run that the exact-resume and fault tests interrupt, then compare with
+# the same run uninterrupted (conftest's `uninterrupted`, run once per session).
+INTERRUPTED_RUN = ["--steps", "60", "--every-steps", "5", "--seed", "3"]
 BIN = Path(sys.executable).parent  # spotsafe-run and python, as on the image's PATH
 _REQUEST_LINE = re.compile(rb"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/1")
 _CRC32C_HEADER = re.compile(rb"(?i)x-amz-checksum-crc32c: (\S+)")
@@ -166,17 +169,15 @@ def run_trainer(*args: str, env: dict[str, str] | None = None) -> tuple[int, dic
     return proc.returncode, json.loads(lines[-1]) if lines else None, err
 
 
-def run_ranks(
+def start_ranks(
     script: str, *args: str, world: int = 2, env: dict[str, str] | None = None
-) -> list[subprocess.CompletedProcess]:
-    """Run a Python script on `world` gloo ranks (one process without a process group when
-    world is 1), as torchrun would start them; each rank's exit code, stdout and stderr."""
-    from spotsafe.local_servers import free_port
-
+) -> list[subprocess.Popen]:
+    """Start a Python script on `world` gloo ranks (one process without a process group when
+    world is 1), as torchrun would start them, their stdout and stderr piped."""
     env = {**os.environ, **(env or {})}
     if world > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
-    ranks = [
+    return [
         subprocess.Popen(
             [sys.executable, "-c", script, *args],
             env={**env, "RANK": str(rank)} if world > 1 else env,
@@ -186,6 +187,14 @@ def run_ranks(
         )
         for rank in range(world)
     ]
+
+
+def run_ranks(
+    script: str, *args: str, world: int = 2, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess]:
+    """Run a script on `world` ranks (start_ranks) to the end; each rank's exit code, stdout
+    and stderr."""
+    ranks = start_ranks(script, *args, world=world, env=env)
     outputs = [proc.communicate(timeout=180) for proc in ranks]
     return [
         subprocess.CompletedProcess(proc.args, proc.returncode, *output)

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 
-from spotsafe.local_servers import free_port
+from spotsafe_harness import start_ranks
 
 RANK_LOOP = textwrap.dedent(
     """
@@ -37,23 +34,8 @@ RANK_LOOP = textwrap.dedent(
 
 
 def test_all_ranks_stop_at_the_same_step_when_one_is_told() -> None:
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "WORLD_SIZE": "2",
-        "SPOTSAFE_NOTICE_SOURCES": "sigterm",
-        "SPOTSAFE_SIGTERM_GRACE_S": "15",
-    }
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK_LOOP],
-            env={**env, "RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
+    env = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "15"}
+    ranks = start_ranks(RANK_LOOP, env=env)
     for proc in ranks:
         assert json.loads(proc.stdout.readline()) == {"ready": True}
     ranks[1].send_signal(signal.SIGTERM)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from spotsafe import Checkpointer, Extras
 from spotsafe.errors import ConfigError, InvalidURIError, StateMismatchError, exit_on_error
-from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
+from spotsafe.local.servers import LOCAL_AWS_ENV, s3_server
 from spotsafe.storage import open_store
 from spotsafe_harness import run_trainer, s3_keys
 

@@ -9,14 +9,12 @@ import signal
 import time
 from collections.abc import Callable
 
-from spotsafe_harness import run_trainer, s3_keys, start_trainer
-
-ARGS = ["--steps", "60", "--every-steps", "5", "--seed", "3"]
+from spotsafe_harness import INTERRUPTED_RUN, run_trainer, s3_keys, start_trainer
 
 
 def _kill_when(moment: Callable[[], str | None], uri: str, env: dict[str, str]) -> str:
     """Start the trainer, SIGKILL it as soon as moment() names what it is doing."""
-    proc = start_trainer(*ARGS, "--checkpoint-uri", uri, env=env)
+    proc = start_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", uri, env=env)
     deadline = time.monotonic() + 60
     while not (hit := moment()):
         assert proc.poll() is None, f"the trainer exited before the kill: {proc.stderr.read()}"
@@ -41,10 +39,8 @@ def _committed(uri: str) -> Callable[[], str | None]:
 
 
 def test_sigkill_at_several_moments_then_resume_is_bitwise_identical(
-    s3_uri: str, proxy, tmp_path
+    s3_uri: str, proxy, uninterrupted: dict
 ) -> None:
-    rc, reference, err = run_trainer(*ARGS, "--checkpoint-uri", f"file://{tmp_path}/reference")
-    assert rc == 0, err
     env = {"AWS_ENDPOINT_URL": proxy.url}
     proxy.chunk_delay_s = 0.02  # ~0.8 MB/s: a 98 kB state upload takes well over 100 ms
 
@@ -56,20 +52,18 @@ def test_sigkill_at_several_moments_then_resume_is_bitwise_identical(
     _kill_when(_request(proxy, r"GET .*/state\.pt"), s3_uri, env)  # while restoring
 
     proxy.chunk_delay_s = 0.0
-    rc, resumed, err = run_trainer(*ARGS, "--checkpoint-uri", s3_uri, env=env)
+    rc, resumed, err = run_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", s3_uri, env=env)
     assert rc == 0, err
     assert resumed["resumed_from"] is not None
     assert resumed["final_step"] == 60
-    assert resumed["weights_sha256"] == reference["weights_sha256"]
+    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
 
 
-def test_gcs_run_resumes_exactly(gcs_uri: str, tmp_path) -> None:
-    rc, reference, err = run_trainer(*ARGS, "--checkpoint-uri", f"file://{tmp_path}/reference")
-    assert rc == 0, err
-    half = [a if a != "60" else "27" for a in ARGS]
+def test_gcs_run_resumes_exactly(gcs_uri: str, uninterrupted: dict) -> None:
+    half = [a if a != "60" else "27" for a in INTERRUPTED_RUN]
     rc, first, err = run_trainer(*half, "--checkpoint-uri", gcs_uri)
     assert rc == 0, err
-    rc, resumed, err = run_trainer(*ARGS, "--checkpoint-uri", gcs_uri)
+    rc, resumed, err = run_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", gcs_uri)
     assert rc == 0, err
     assert (first["final_step"], resumed["resumed_from"]) == (27, 27)
-    assert resumed["weights_sha256"] == reference["weights_sha256"]
+    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]

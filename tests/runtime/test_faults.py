@@ -17,6 +17,7 @@ import random
 import re
 import signal
 import time
+from collections.abc import Iterator
 from urllib.parse import unquote, urlparse
 
 import pytest
@@ -25,21 +26,12 @@ from spotsafe import Checkpointer, Extras
 from spotsafe.errors import StorageError
 from spotsafe.storage import open_store
 from spotsafe.storage.parts import PART_SIZE
-from spotsafe_harness import run_trainer, start_trainer
+from spotsafe_harness import INTERRUPTED_RUN, run_trainer, start_trainer
 
-ARGS = ["--steps", "60", "--every-steps", "5", "--seed", "3"]
 TRIALS = int(os.environ.get("SPOTSAFE_FAULT_TRIALS", "1"))
 RATE = 0.2  # of requests that meet a fault: a dozen or more per trial
 # The emulator's variable (GCS) or the endpoint's (S3) that points a trainer at the proxy.
 ENDPOINT_VARIABLE = {"s3": "AWS_ENDPOINT_URL", "gcs": "STORAGE_EMULATOR_HOST"}
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict:
-    uri = f"file://{tmp_path_factory.mktemp('reference')}"
-    rc, result, err = run_trainer(*ARGS, "--checkpoint-uri", uri)
-    assert rc == 0, err
-    return result
 
 
 @pytest.fixture(params=["s3", "gcs"])
@@ -58,13 +50,24 @@ def store_uri(service: str, request: pytest.FixtureRequest) -> tuple[str, str]:
 # ---- one fault, aimed ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", [k for k in FAULT_KINDS if k != "delay"])
-def test_each_request_survives_a_fault_of_each_kind(
-    service: str, store_uri: tuple[str, str], kind: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def proxied(
+    service: str, store_uri: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, FaultProxy]]:
+    """A fresh bucket's URI, which this process reaches through a fault proxy (no fault until
+    the test injects one)."""
     uri, endpoint = store_uri
     proxy = FaultProxy(endpoint, service)
     monkeypatch.setenv(ENDPOINT_VARIABLE[service], proxy.url)
+    yield uri, proxy
+    proxy.close()
+
+
+@pytest.mark.parametrize("kind", [k for k in FAULT_KINDS if k != "delay"])
+def test_each_request_survives_a_fault_of_each_kind(
+    proxied: tuple[str, FaultProxy], kind: str
+) -> None:
+    uri, proxy = proxied
     store = open_store(uri)
     operations = [
         lambda: store.put("step-1/attempt-1/state.pt", b"s" * 3000),
@@ -77,7 +80,6 @@ def test_each_request_survives_a_fault_of_each_kind(
     for operation in operations:
         proxy.inject(kind, ".")  # the operation's first request
         results.append(operation())
-    proxy.close()
     assert sum(proxy.injected.values()) == len(operations)
     assert results[1] is True, "the create-only write did not recognise its own commit"
     assert results[2] == b"s" * 3000
@@ -87,12 +89,10 @@ def test_each_request_survives_a_fault_of_each_kind(
     ]
 
 
-def test_answers_that_stay_unreadable_end_in_one_line(
-    s3_uri: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    proxy = FaultProxy(s3_endpoint, "s3")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    store = open_store(s3_uri, max_attempts=2)
+@pytest.mark.parametrize("service", ["s3"])
+def test_answers_that_stay_unreadable_end_in_one_line(proxied: tuple[str, FaultProxy]) -> None:
+    uri, proxy = proxied
+    store = open_store(uri, max_attempts=2)
     store.put("step-1/attempt-1/state.pt", b"s")
     proxy.inject("cut_in_headers", ".", times=1000)
     with pytest.raises(StorageError) as failed:
@@ -100,15 +100,12 @@ def test_answers_that_stay_unreadable_end_in_one_line(
     message = str(failed.value)
     assert "step-1/attempt-1/state.pt" in message and proxy.url in message
     assert "\n" not in message
-    proxy.close()
 
 
 def test_a_create_only_write_whose_answer_was_lost_is_its_own(
-    service: str, store_uri: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+    proxied: tuple[str, FaultProxy],
 ) -> None:
-    uri, endpoint = store_uri
-    proxy = FaultProxy(endpoint, service)
-    monkeypatch.setenv(ENDPOINT_VARIABLE[service], proxy.url)
+    uri, proxy = proxied
     store = open_store(uri)
     proxy.inject("drop_answer", r"^PUT .*/manifest\.json|ifGenerationMatch=0")
     assert store.put_if_absent("step-5/manifest.json", b'{"attempt": 1}')
@@ -116,36 +113,27 @@ def test_a_create_only_write_whose_answer_was_lost_is_its_own(
     assert [e.status for e in proxy.exchanges if e.method in ("PUT", "POST")] == [200, 412]
     assert not store.put_if_absent("step-5/manifest.json", b'{"attempt": 2}')
     assert store.get("step-5/manifest.json") == b'{"attempt": 1}'
-    proxy.close()
 
 
-def test_a_commit_whose_answer_was_lost_is_durable(
-    service: str, store_uri: tuple[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    uri, endpoint = store_uri
-    proxy = FaultProxy(endpoint, service)
-    monkeypatch.setenv(ENDPOINT_VARIABLE[service], proxy.url)
+def test_a_commit_whose_answer_was_lost_is_durable(proxied: tuple[str, FaultProxy]) -> None:
+    uri, proxy = proxied
     ckpt = Checkpointer(uri)  # its lease is claimed: the next create-only write is the commit
     proxy.inject("drop_answer", r"/manifest\.json|ifGenerationMatch=0")
     ckpt.save(7, {"extras": Extras(a=1)})
     ckpt.close()  # "not durable" when the lost answer was taken for another writer's commit
     assert proxy.injected == {"drop_answer": 1}
     assert Checkpointer(uri, read_only=True).restore({"extras": Extras()}) == 7
-    proxy.close()
 
 
-def test_a_gcs_upload_whose_last_answer_was_lost_is_done(
-    gcs_uri: str, gcs_endpoint: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    proxy = FaultProxy(gcs_endpoint, "gcs")
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-    store = open_store(gcs_uri)
+@pytest.mark.parametrize("service", ["gcs"])
+def test_a_gcs_upload_whose_last_answer_was_lost_is_done(proxied: tuple[str, FaultProxy]) -> None:
+    uri, proxy = proxied
+    store = open_store(uri)
     data = bytes(range(256)) * (PART_SIZE // 256 + 4096)  # two chunks of a resumable upload
     proxy.inject("drop_answer", r"^PUT /upload/", after=1)  # the last chunk's
     assert store.put("step-1/attempt-1/state.pt", data).size == len(data)
     assert proxy.injected == {"drop_answer": 1}
     assert store.get("step-1/attempt-1/state.pt") == data
-    proxy.close()
 
 
 # ---- whole runs, random faults and kills -----------------------------------------------------
@@ -153,7 +141,7 @@ def test_a_gcs_upload_whose_last_answer_was_lost_is_done(
 
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_runs_finish_exactly_through_faults_and_kills(
-    service: str, store_uri: tuple[str, str], trial: int, reference: dict
+    service: str, store_uri: tuple[str, str], trial: int, uninterrupted: dict
 ) -> None:
     uri, endpoint = store_uri
     seed = trial * 2 + (service == "gcs")
@@ -163,7 +151,7 @@ def test_runs_finish_exactly_through_faults_and_kills(
     errors = []
     for _ in range(chance.randint(1, 2)):
         # Killed at a random moment of its storage traffic (a full run makes about 40 requests).
-        proc = start_trainer(*ARGS, "--checkpoint-uri", uri, env=env)
+        proc = start_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", uri, env=env)
         kill_at = proxy.requests + chance.randint(1, 40)
         while proxy.requests < kill_at and proc.poll() is None:
             time.sleep(0.005)
@@ -171,13 +159,13 @@ def test_runs_finish_exactly_through_faults_and_kills(
         _, err = proc.communicate(timeout=30)
         assert proc.returncode in (0, -signal.SIGKILL), err  # finished before the kill, or killed
         errors.append(err)
-    rc, result, err = run_trainer(*ARGS, "--checkpoint-uri", uri, env=env)
+    rc, result, err = run_trainer(*INTERRUPTED_RUN, "--checkpoint-uri", uri, env=env)
     errors.append(err)
     proxy.close()
 
     assert rc == 0, err
     assert result["final_step"] == 60
-    assert result["weights_sha256"] == reference["weights_sha256"]
+    assert result["weights_sha256"] == uninterrupted["weights_sha256"]
     assert result["skipped"] == [], "a restore met a checkpoint it could not verify"
     tracebacks = sum(e.count("Traceback (most recent call last)") for e in errors)
     false_foreign = sum(e.count("by another writer") for e in errors)

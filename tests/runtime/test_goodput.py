@@ -12,7 +12,7 @@ import pytest
 import torch
 from prometheus_client import REGISTRY
 from spotsafe import Run, goodput
-from spotsafe.local_servers import free_port
+from spotsafe.local.servers import free_port
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe_harness import start_trainer
 from test_termination_trainer import result_of, wait_for_step

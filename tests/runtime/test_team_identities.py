@@ -7,10 +7,10 @@ policy from the prod preview (s3_iam). GCS: fake-gcs-server behind the permissio
 gcp-prod preview. A recording proxy sees every request a team makes, and its answer.
 
 The whole protocol runs on each cloud under one team's identity (the two teams differ only in
-their prefix), by trainer processes: a first start on an empty prefix and its saves, a hard kill,
-a restart, a replacement started while that attempt still lives (fenced), a notice (the
-preemption marker and the final save), and a last attempt that reads the marker, resumes and
-finishes, retention deleting old checkpoints.
+their prefix), by trainer processes: a first start on an empty prefix and its saves, a
+replacement started while that attempt still lives (fenced), a notice (the preemption marker and
+the final save), and a last attempt that reads the marker, resumes and finishes, retention
+deleting old checkpoints.
 The other team trains and resumes, and every team writes an object of several parts. Every
 request must pass; the same identity on the other team's prefix, and on the bucket, is refused.
 """
@@ -35,15 +35,14 @@ from s3_iam import PerKeyDeletes, admin_client, client_as, enforce_iam, iam_user
 from spotsafe import Run
 from spotsafe.errors import StoragePermissionError
 from spotsafe.examples.train import TrainConfig, run
-from spotsafe.local_servers import free_port, s3_server
+from spotsafe.local.servers import free_port, s3_server
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe.storage import open_store, s3
 from spotsafe_harness import start_trainer
-from stack_files import REPO_ROOT, stack_values
+from stack_files import stack_values
 from test_termination_trainer import result_of, wait_for_step
 
 from components.config import load_config
-from spotctl.preview.resources import preview_program
 
 TEAMS = [t.name for t in load_config(stack_values("prod")).teams]
 assert [t.name for t in load_config(stack_values("gcp-prod")).teams] == TEAMS
@@ -83,8 +82,8 @@ def _one(resources: list, token: str, name_contains: str = ""):
 
 
 @pytest.fixture(scope="module")
-def aws() -> Iterator[Cloud]:
-    resources = preview_program(REPO_ROOT, "prod")
+def aws(stack_previews) -> Iterator[Cloud]:
+    resources = stack_previews("prod")
     bucket = _one(resources, "aws:s3/bucket:Bucket").outputs["bucket"]
     policies = {
         team: json.loads(
@@ -107,8 +106,8 @@ def aws() -> Iterator[Cloud]:
 
 
 @pytest.fixture(scope="module")
-def gcp(gcs_endpoint: str) -> Iterator[Cloud]:
-    resources = preview_program(REPO_ROOT, "gcp-prod")
+def gcp(stack_previews, gcs_endpoint: str) -> Iterator[Cloud]:
+    resources = stack_previews("gcp-prod")
     bucket = _one(resources, "gcp:storage/bucket:Bucket").outputs["name"]
     created = requests.post(
         f"{gcs_endpoint}/storage/v1/b", params={"project": "p"}, json={"name": bucket}, timeout=10
@@ -134,37 +133,30 @@ def _trainer(cloud: Cloud, team: str, uri: str, steps: int = STEPS, port: int | 
 
 
 def run_protocol(cloud: Cloud, team: str) -> None:
-    """Three attempts as processes, and a last one in this process (as the team already)."""
+    """Two attempts as processes, and a last one in this process (as the team already)."""
     uri = cloud.uri(team, f"run-{uuid.uuid4().hex[:6]}")
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(2)]
 
-    # A first start on an empty prefix (no marker to read) saves, and is killed without a word.
+    # A first start on an empty prefix (no marker to read) saves, and freezes (SIGSTOP): the
+    # pod that would not drain. Its replacement claims the next attempt, restores, saves, and
+    # gets a notice: the marker, the final save, exit 75. Thawed, the old attempt is fenced at
+    # its next commit.
     first = _trainer(cloud, team, uri, port=ports[0])
     wait_for_step(ports[0], EVERY, first, metric=COMMITTED)
-    first.kill()
-    first.communicate(timeout=60)
-
-    # The restart finds no marker either, restores, saves, and freezes (SIGSTOP): the pod that
-    # would not drain. Its replacement claims the next attempt, restores, saves, and gets a
-    # notice: the marker, the final save, exit 75. Thawed, the old attempt is fenced at its
-    # next commit.
+    first.send_signal(signal.SIGSTOP)
     second = _trainer(cloud, team, uri, port=ports[1])
     resumed = wait_for_step(ports[1], EVERY, second, metric="spotsafe_resumed_from_step")
     wait_for_step(ports[1], resumed + EVERY, second, metric=COMMITTED)
-    second.send_signal(signal.SIGSTOP)
-    third = _trainer(cloud, team, uri, port=ports[2])
-    resumed = wait_for_step(ports[2], EVERY, third, metric="spotsafe_resumed_from_step")
-    wait_for_step(ports[2], resumed + EVERY, third, metric=COMMITTED)
-    third.send_signal(signal.SIGTERM)
-    code, stopped, err = result_of(third)
+    second.send_signal(signal.SIGTERM)
+    code, stopped, err = result_of(second)
     assert code == EXIT_PREEMPTED and stopped["durable_at"], err
-    second.send_signal(signal.SIGCONT)
-    _, err = second.communicate(timeout=600)
-    assert second.returncode == 2, err
-    assert "superseded by attempt 3" in err or "by another writer meanwhile" in err, err
+    first.send_signal(signal.SIGCONT)
+    _, err = first.communicate(timeout=600)
+    assert first.returncode == 2, err
+    assert "superseded by attempt 2" in err or "by another writer meanwhile" in err, err
 
     # The last attempt reads the marker, resumes from the final save and finishes; retention
-    # deletes all but the newest checkpoints of the four attempts.
+    # deletes all but the newest checkpoints of the three attempts.
     final = run(TrainConfig(stopped["final_step"] + 5 * EVERY, uri, EVERY))
     assert final["resumed_from"] == stopped["final_step"]
 

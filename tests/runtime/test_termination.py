@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 from prometheus_client import REGISTRY
-from spotsafe.local_metadata import AwsImds, GceMetadata, iso_utc
-from spotsafe.local_servers import free_port
+from spotsafe.local.metadata import AwsImds, GceMetadata, iso_utc
+from spotsafe.local.servers import free_port
 from spotsafe.termination import TerminationWatcher, WatcherConfig, parse_cloud_time
 
 

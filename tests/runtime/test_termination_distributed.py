@@ -4,16 +4,13 @@ save it once through torch.distributed.checkpoint, exit 75; one process then res
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 
 import torch
 from spotsafe import Checkpointer, Extras
-from spotsafe.local_servers import free_port
 from spotsafe.preemption import EXIT_PREEMPTED
+from spotsafe_harness import start_ranks
 
 # Each step adds 1 to every element of a row-sharded weight, so the weight is its step count.
 RANK_TRAIN = textwrap.dedent(
@@ -48,24 +45,8 @@ RANK_TRAIN = textwrap.dedent(
 
 
 def test_two_ranks_stop_at_one_step_save_it_and_one_process_resumes(s3_uri: str) -> None:
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "WORLD_SIZE": "2",
-        "SPOTSAFE_NOTICE_SOURCES": "sigterm",
-        "SPOTSAFE_SIGTERM_GRACE_S": "30",
-    }
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK_TRAIN, s3_uri],
-            env={**env, "RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
+    env = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "30"}
+    ranks = start_ranks(RANK_TRAIN, s3_uri, env=env)
     for proc in ranks:
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     ranks[1].send_signal(signal.SIGTERM)  # the node under rank 1 is going

@@ -1,5 +1,6 @@
 """The example trainer under a real notice from each source: stop at a step boundary, save that
-step, exit 75; the restart resumes from exactly that step and ends bitwise equal."""
+step, exit 75; the restart resumes from exactly that step and ends bitwise equal. What follows
+the final save does not depend on where the notice came from, so one source's run is restarted."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from spotsafe.local_metadata import AwsImds, GceMetadata
-from spotsafe.local_servers import LOCAL_AWS_ENV, free_port
+from spotsafe.local.metadata import AwsImds, GceMetadata
+from spotsafe.local.servers import LOCAL_AWS_ENV, free_port
+from spotsafe.manifest import MANIFEST_NAME, step_of
 from spotsafe.preemption import EXIT_PREEMPTED
-from spotsafe_harness import create_bucket
+from spotsafe_harness import create_bucket, s3_keys
 
 STEPS = 3000
+RESTARTED = "sigterm"  # the source whose stopped run is restarted
 
 
 def trainer(
@@ -78,10 +81,10 @@ def reference_sha(bucket: str, s3_endpoint: str) -> str:
 
 @pytest.mark.parametrize("source", ["sigterm", "aws", "gce"])
 def test_notice_means_final_save_at_the_stop_step_then_exact_resume(
-    source: str, bucket: str, s3_endpoint: str, reference_sha: str
+    source: str, bucket: str, aws_env: str, reference_sha: str
 ) -> None:
     uri = f"s3://{bucket}/{source}"
-    env = {"AWS_ENDPOINT_URL": s3_endpoint, **LOCAL_AWS_ENV, "SPOTSAFE_NOTICE_SOURCES": source}
+    env = {"AWS_ENDPOINT_URL": aws_env, **LOCAL_AWS_ENV, "SPOTSAFE_NOTICE_SOURCES": source}
     port = free_port()
     with AwsImds() as imds, GceMetadata() as gce:
         env |= {
@@ -106,11 +109,14 @@ def test_notice_means_final_save_at_the_stop_step_then_exact_resume(
     assert 100 <= stopped["final_step"] < STEPS
     assert stopped["fitted_deadline"] is True
     assert stopped["durable_at"] - noticed < 5, "notice to durable within seconds"
+    committed = [step_of(k) for k in s3_keys(uri) if k.endswith(MANIFEST_NAME)]
+    assert max(committed) == stopped["final_step"], "the newest checkpoint is the stop step"
 
-    code, resumed, _ = result_of(trainer(uri, {**env, "SPOTSAFE_NOTICE_SOURCES": "sigterm"}))
-    assert code == 0
-    assert resumed["resumed_from"] == stopped["final_step"], "zero lost steps"
-    assert resumed["weights_sha256"] == reference_sha
+    if source == RESTARTED:
+        code, resumed, _ = result_of(trainer(uri, {**env, "SPOTSAFE_NOTICE_SOURCES": "sigterm"}))
+        assert code == 0
+        assert resumed["resumed_from"] == stopped["final_step"], "zero lost steps"
+        assert resumed["weights_sha256"] == reference_sha
 
 
 def test_rebalance_recommendation_saves_at_once_and_trains_on(

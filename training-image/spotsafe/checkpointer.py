@@ -98,7 +98,7 @@ class Checkpointer:
         if self.world_size > 1 and not self.config.read_only:
             from spotsafe import sharded
 
-            self._sharded = sharded.ShardedSaves(self.config.max_in_flight)
+            self._sharded = sharded.ShardedSaves(self, self.config.max_in_flight)
         self.last_committed_step: int | None = None
         self.last_saved_step: int | None = None
         """The step of the newest save started (or restored): the one the loop need not repeat."""
@@ -169,7 +169,7 @@ class Checkpointer:
             except CorruptCheckpointError as e:
                 self.report_corrupt(manifest.step, str(e))
                 continue
-            self._restored(manifest)
+            self.record_restore(manifest)
             return manifest.step
         return None
 
@@ -226,7 +226,9 @@ class Checkpointer:
         metrics.corrupt_skipped.inc()
         self.skipped.append(Skipped(step, reason))
 
-    def _restored(self, manifest: Manifest) -> None:
+    def record_restore(self, manifest: Manifest) -> None:
+        """A checkpoint was loaded: its step counts as saved and its objects are never written
+        again."""
         self.last_committed_step = self.last_saved_step = manifest.step
         self._committed[manifest.step] = manifest.objects
         metrics.record_commit(manifest.step, manifest.created_at)
@@ -306,9 +308,7 @@ class Checkpointer:
         while len(self._pending) >= self.config.max_in_flight:
             self._wait_oldest()
         if self.world_size > 1:
-            from spotsafe import sharded
-
-            write = sharded.stage(self, step, state, started)
+            write = self._sharded.stage(step, state, started)
         else:
             staging = self._staging.pop() if self._staging else {}
             snap = state_mod.snapshot(state, staging)
@@ -339,7 +339,7 @@ class Checkpointer:
                 self._staging.append(staging)  # serialised: the next snapshot may reuse it
         entry = ObjectEntry(key, out.written.size, crc32c=out.written.crc32c)
         self.commit(Manifest(step, self.attempt, 1, "torch", [entry]))
-        self._saved(started, time.monotonic() - started)
+        self.record_save(step, started)
 
     def _confirm_unchanged(self, step: int, size: int, crc32c: str) -> None:
         """A save of a step that is committed already: nothing is written. The same content is
@@ -374,7 +374,11 @@ class Checkpointer:
         )
         self._executor.submit(self._retain, manifest.step)
 
-    def _saved(self, started: float, duration: float) -> None:
+    def record_save(self, step: int, started: float) -> None:
+        """A save of step is durable: the step is never written again (a sharded save's other
+        ranks know only the step, rank 0 its objects too), and the save is timed."""
+        self._committed.setdefault(step, [])
+        duration = time.monotonic() - started
         self._durations.append(duration)
         metrics.save_duration.observe(duration)
 

@@ -59,7 +59,8 @@ class LoaderGenerator:
         self._pending = state_dict.get("generator")
 
     def started(self, loader: Any) -> None:
-        """Call once the resumed loader's first iterator exists."""
+        """Call once the resumed loader's first iterator exists, before it draws for a new
+        epoch (a save at an epoch's last batch resumes into the next epoch)."""
         if self._pending is not None:
             loader.generator.set_state(self._pending)
             self._pending = None

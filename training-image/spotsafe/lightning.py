@@ -66,6 +66,11 @@ class SpotsafeCheckpoint(Callback):
         self.guard.__enter__()
         self.guard.account_lost_steps(self.ckpt, self.resumed_from)
 
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        # Resumed from an epoch's last batch: the loader has applied its saved state and is
+        # about to draw the next epoch's permutation, which must come from the saved generator.
+        self.generator.started(trainer.train_dataloader)
+
     def on_train_batch_start(self, trainer: Any, pl_module: Any, *args: Any) -> None:
         self.generator.started(trainer.train_dataloader)  # the resumed epoch has begun
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from spotsafe.errors import (
     CheckpointSaveError,
@@ -32,19 +31,37 @@ from spotsafe.errors import (
     StateMismatchError,
 )
 from spotsafe.manifest import Manifest, ObjectEntry, step_prefix
+from spotsafe.storage import ObjectStore
 
-if TYPE_CHECKING:
-    from spotsafe.checkpointer import Checkpointer
+
+class Writer(Protocol):
+    """What sharded saves and resume use of the Checkpointer that drives them."""
+
+    uri: str
+    store: ObjectStore
+    rank: int
+    world_size: int
+    attempt: int | None
+
+    def commit(self, manifest: Manifest) -> None: ...
+    def candidates(self) -> list[Manifest]: ...
+    def fetch(self, manifest: Manifest, entry: ObjectEntry) -> bytes: ...
+    def fetch_payload(self, manifest: Manifest) -> Any: ...
+    def load_payload(self, manifest: Manifest, payload: Any, state: Mapping[str, Any]) -> None: ...
+    def report_corrupt(self, step: int, reason: str) -> None: ...
+    def record_save(self, step: int, started: float) -> None: ...
+    def record_restore(self, manifest: Manifest) -> None: ...
 
 
 class ShardedSaves:
-    """What background sharded saves share: their process group and one stager per slot."""
+    """A writer's background sharded saves: their process group and one stager per slot."""
 
-    def __init__(self, max_in_flight: int) -> None:
+    def __init__(self, ckpt: Writer, max_in_flight: int) -> None:
         import torch
         import torch.distributed as dist
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
+        self.ckpt = ckpt
         self.group = dist.new_group(backend="gloo")  # collective: every rank builds its own
         cuda = torch.cuda.is_available()
         options = StagingOptions(
@@ -57,81 +74,74 @@ class ShardedSaves:
         self._stagers = list(self._free)
         self._lock = threading.Lock()
 
-    def take(self) -> Any:
+    def stage(self, step: int, state: Mapping[str, Any], started: float) -> Callable[[], None]:
+        """Copy this rank's shard to host memory now; return the rest of the save, to run on
+        the save thread."""
         with self._lock:  # a slot is free: the caller waited for one
-            return self._free.pop()
-
-    def give_back(self, stager: Any) -> None:
-        with self._lock:
-            self._free.append(stager)
+            stager = self._free.pop()
+        try:
+            staged = stager.stage(
+                {key: obj.state_dict() for key, obj in dcp_entries(state).items()}
+            )
+        except BaseException:
+            self._give_back(stager)
+            raise
+        return lambda: self._write(step, staged, stager, started)
 
     def close(self) -> None:
         for stager in self._stagers:
             stager.close()
 
+    def _give_back(self, stager: Any) -> None:
+        with self._lock:
+            self._free.append(stager)
 
-def stage(
-    ckpt: Checkpointer, step: int, state: Mapping[str, Any], started: float
-) -> Callable[[], None]:
-    """Copy this rank's shard to host memory now; return the rest of the save, to run on the
-    save thread."""
-    saves: ShardedSaves = ckpt._sharded
-    stager = saves.take()
-    try:
-        staged = stager.stage({key: obj.state_dict() for key, obj in dcp_entries(state).items()})
-    except BaseException:
-        saves.give_back(stager)
-        raise
-    return lambda: _write(ckpt, step, staged, stager, started)
+    def _write(self, step: int, staged: dict, stager: Any, started: float) -> None:
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
 
-
-def _write(ckpt: Checkpointer, step: int, staged: dict, stager: Any, started: float) -> None:
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-
-    saves: ShardedSaves = ckpt._sharded
-    entries: list[ObjectEntry] = []
-    problem = None
-    try:
-        with tempfile.TemporaryDirectory(prefix=f"spotsafe-step-{step}-") as local:
-            try:
-                writer = dcp.FileSystemWriter(local, sync_files=False)  # uploaded next, then gone
-                dcp.save(staged, storage_writer=writer, process_group=saves.group)
-            finally:
-                saves.give_back(stager)  # written out: the next save may stage into it
-            prefix = f"attempt-{ckpt.attempt}/"
-            for path in sorted(p for p in Path(local).iterdir() if p.is_file()):
-                written = ckpt.store.put_file(step_prefix(step) + prefix + path.name, path)
-                entries.append(ObjectEntry(prefix + path.name, written.size, written.crc32c))
-    except Exception as e:  # noqa: BLE001 - every rank must learn of it, then raise
-        problem = f"rank {ckpt.rank}: {type(e).__name__}: {e}"
-    gathered: list | None = [None] * ckpt.world_size if ckpt.rank == 0 else None
-    dist.gather_object((entries, problem), gathered, dst=0, group=saves.group)
-    outcome: list[str | None] = [None]
-    if ckpt.rank == 0:
-        problems = [p for _, p in gathered if p]
+        ckpt = self.ckpt
+        entries: list[ObjectEntry] = []
+        problem = None
         try:
-            if problems:
-                raise CheckpointSaveError("; ".join(problems))
-            objects = [entry for rank_entries, _ in gathered for entry in rank_entries]
-            ckpt.commit(Manifest(step, ckpt.attempt, ckpt.world_size, "dcp", objects))
-        except Exception as e:  # noqa: BLE001 - every rank must learn the outcome, then raise
-            outcome[0] = f"{type(e).__name__}: {e}"
-    dist.broadcast_object_list(outcome, src=0, group=saves.group)
-    if outcome[0] is not None:
-        raise CheckpointSaveError(f"sharded checkpoint at step {step} failed: {outcome[0]}")
-    ckpt._committed.setdefault(step, [])  # rank 0 knows the objects; the others the step
-    ckpt._saved(started, time.monotonic() - started)
+            with tempfile.TemporaryDirectory(prefix=f"spotsafe-step-{step}-") as local:
+                try:
+                    writer = dcp.FileSystemWriter(local, sync_files=False)  # uploaded, then gone
+                    dcp.save(staged, storage_writer=writer, process_group=self.group)
+                finally:
+                    self._give_back(stager)  # written out: the next save may stage into it
+                prefix = f"attempt-{ckpt.attempt}/"
+                for path in sorted(p for p in Path(local).iterdir() if p.is_file()):
+                    written = ckpt.store.put_file(step_prefix(step) + prefix + path.name, path)
+                    entries.append(ObjectEntry(prefix + path.name, written.size, written.crc32c))
+        except Exception as e:  # noqa: BLE001 - every rank must learn of it, then raise
+            problem = f"rank {ckpt.rank}: {type(e).__name__}: {e}"
+        gathered: list | None = [None] * ckpt.world_size if ckpt.rank == 0 else None
+        dist.gather_object((entries, problem), gathered, dst=0, group=self.group)
+        outcome: list[str | None] = [None]
+        if ckpt.rank == 0:
+            problems = [p for _, p in gathered if p]
+            try:
+                if problems:
+                    raise CheckpointSaveError("; ".join(problems))
+                objects = [entry for rank_entries, _ in gathered for entry in rank_entries]
+                ckpt.commit(Manifest(step, ckpt.attempt, ckpt.world_size, "dcp", objects))
+            except Exception as e:  # noqa: BLE001 - every rank must learn the outcome, then raise
+                outcome[0] = f"{type(e).__name__}: {e}"
+        dist.broadcast_object_list(outcome, src=0, group=self.group)
+        if outcome[0] is not None:
+            raise CheckpointSaveError(f"sharded checkpoint at step {step} failed: {outcome[0]}")
+        ckpt.record_save(step, started)
 
 
-def load_into(ckpt: Checkpointer, manifest: Manifest, state: Mapping[str, Any]) -> None:
+def load_into(ckpt: Writer, manifest: Manifest, state: Mapping[str, Any]) -> None:
     """Verify and load one DCP checkpoint into state in a single process."""
     with tempfile.TemporaryDirectory(prefix=f"spotsafe-step-{manifest.step}-") as local:
         _download(ckpt, manifest, Path(local))
         _load(ckpt, manifest, state, Path(local))
 
 
-def restore(ckpt: Checkpointer, state: Mapping[str, Any]) -> int | None:
+def restore(ckpt: Writer, state: Mapping[str, Any]) -> int | None:
     """Collective resume: rank 0 lists the candidates; every rank downloads and verifies the
     newest; all load it (DCP's load is collective) only if it verified on every rank. A
     single-process checkpoint is loaded whole by every rank: its state is replicated."""
@@ -157,19 +167,19 @@ def restore(ckpt: Checkpointer, state: Mapping[str, Any]) -> int | None:
                     _load(ckpt, manifest, state, Path(local))
                 else:
                     ckpt.load_payload(manifest, payload, state)
-                ckpt._restored(manifest)
+                ckpt.record_restore(manifest)
                 return manifest.step
         if ckpt.rank == 0 or problem:
             ckpt.report_corrupt(manifest.step, problem or "corrupt as another rank read it")
     return None
 
 
-def _download(ckpt: Checkpointer, manifest: Manifest, local: Path) -> None:
+def _download(ckpt: Writer, manifest: Manifest, local: Path) -> None:
     for entry in manifest.objects:
         (local / Path(entry.key).name).write_bytes(ckpt.fetch(manifest, entry))
 
 
-def _load(ckpt: Checkpointer, manifest: Manifest, state: Mapping[str, Any], local: Path) -> None:
+def _load(ckpt: Writer, manifest: Manifest, state: Mapping[str, Any], local: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
     entries = dcp_entries(state)

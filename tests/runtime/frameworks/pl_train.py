@@ -1,11 +1,14 @@
 """A Lightning run of a small random-init model with dropout, per-batch augmentation and a
 shuffling StatefulDataLoader, shipped by spotsafe.lightning. Usage: pl_train.py URI DIR
-MAX_STEPS. It prints "step N" at each step end and, when training ends, one JSON line with the
-final step and a digest of the weights."""
+MAX_STEPS [SIGNAL@STEP]. It prints "step N" at each step end (and sends itself the signal, e.g.
+TERM@10, at the end of that step) and, when training ends, one JSON line with the final step and
+a digest of the weights."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 
 import lightning
@@ -17,6 +20,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from weights import digest
 
 uri, dirpath, max_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+signal_name, _, signal_step = (sys.argv[4] if len(sys.argv) > 4 else "").partition("@")
 
 
 class Net(lightning.LightningModule):
@@ -44,6 +48,8 @@ class Net(lightning.LightningModule):
 class Announced(SpotsafeCheckpoint):
     def on_train_batch_end(self, trainer, *args):
         print("step", trainer.global_step, flush=True)
+        if str(trainer.global_step) == signal_step:
+            os.kill(os.getpid(), signal.Signals[f"SIG{signal_name}"])
         return super().on_train_batch_end(trainer, *args)
 
 

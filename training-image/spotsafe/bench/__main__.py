@@ -15,7 +15,7 @@ import spotsafe.bench
 from spotsafe.bench import memory, saves, sharded
 from spotsafe.bench.stats import slope
 from spotsafe.errors import EXIT_USAGE, SpotsafeError
-from spotsafe.local_servers import LOCAL_AWS_ENV, s3_server
+from spotsafe.local.servers import LOCAL_AWS_ENV, s3_server
 
 MB = 10**6
 # figure: (baseline, the most it may be as a multiple of the baseline)

@@ -17,7 +17,7 @@ from typing import Any
 
 from spotsafe.bench.saves import BUCKET, WIDTH
 from spotsafe.bench.stats import median, spread, timed
-from spotsafe.local_servers import free_port
+from spotsafe.local.servers import free_port
 
 RANKS = 2
 TENSORS = 8  # the state: this many row-sharded WIDTH-wide matrices

@@ -7,48 +7,15 @@ create-only write the checkpoint protocol commits with. Objects are written as s
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
-from typing import Protocol
 from urllib.parse import urlparse
 
 from spotsafe.errors import InvalidURIError
-from spotsafe.storage.parts import PartWriter, Written
+from spotsafe.storage.interface import ObjectInfo, ObjectStore
+
+__all__ = ["ObjectInfo", "ObjectStore", "open_store"]
 
 URI_FORMS = "s3://bucket/prefix, gs://bucket/prefix or file:///absolute/path"
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    key: str
-    size: int
-
-
-class ObjectStore(Protocol):
-    uri: str
-
-    def put(self, key: str, data: bytes | bytearray | memoryview) -> Written:
-        """Write (or overwrite) one object."""
-
-    def put_file(self, key: str, path: str | os.PathLike) -> Written:
-        """Write one object from a local file, streamed."""
-
-    def writer(self, key: str, size_hint: int = 0) -> PartWriter:
-        """A stream into one object, stored when the ``with`` block around it ends."""
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create one object only if no object has that key; False if one already does. True
-        also when the object is this call's own (a retry whose first try's answer was lost)."""
-
-    def get(self, key: str) -> bytes:
-        """Read one whole object."""
-
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
-        """Every object whose key starts with prefix."""
-
-    def delete(self, keys: list[str]) -> None:
-        """Delete objects; keys that do not exist are ignored."""
 
 
 def open_store(uri: str, *, max_attempts: int = 5, connect_timeout_s: float = 5.0) -> ObjectStore:

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from spotsafe.errors import ObjectMissingError, StoragePermissionError
-from spotsafe.storage import ObjectInfo
+from spotsafe.storage.interface import ObjectInfo
 from spotsafe.storage.parts import PartStore, PartWriter, Written, part_size_for
 
 

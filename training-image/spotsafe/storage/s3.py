@@ -31,7 +31,8 @@ from spotsafe.errors import (
     StoragePermissionError,
     StorageUnreachableError,
 )
-from spotsafe.storage import ObjectInfo, retries
+from spotsafe.storage import retries
+from spotsafe.storage.interface import ObjectInfo
 from spotsafe.storage.parts import MiB, PartStore, PartWriter, Written, part_size_for
 from spotsafe.storage.private_random import isolate_botocore
 

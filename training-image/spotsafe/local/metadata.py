@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from spotsafe.local_servers import free_port
+from spotsafe.local.servers import free_port
 
 AWS_TOKEN_PATH = "/latest/api/token"
 AWS_INSTANCE_ACTION_PATH = "/latest/meta-data/spot/instance-action"
