@@ -54,6 +54,23 @@ def stack_previews() -> Callable[[str], list]:
     return cache(lambda stack: preview_program(REPO_ROOT, stack))
 
 
+@pytest.fixture(scope="session")
+def prod_preview(stack_previews) -> list:
+    return stack_previews("prod")
+
+
+@pytest.fixture(scope="session")
+def prod_render(prod_preview: list, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """(rendered objects, the directory they were written to): the prod stack's manifests, for
+    the Kubernetes layer's and the renderer's tests."""
+    from spotctl.render.manifests import render, write
+
+    out = tmp_path_factory.mktemp("render-prod")
+    rendered = render(prod_preview)
+    write(rendered, out)
+    return rendered, out
+
+
 @pytest.fixture
 def program_copy(tmp_path: Path) -> Callable[[str, dict], Path]:
     """A copy of this repository's program whose only stack has the given config values."""

@@ -249,7 +249,7 @@ def test_a_webhook_is_a_second_target(chart_defaults, tmp_path: Path):
 def test_every_alarm_and_alert_topic_message_reaches_a_person(aws_stack):
     """CloudWatch alarms and Alertmanager both publish to the topic; CloudWatch may use its key,
     Alertmanager's service account has a role that may publish, and people are subscribed (GKE's
-    alert policies and their channels: tests/infra/test_gcp_components.py)."""
+    alert policies and their channels: tests/components/test_gcp_components.py)."""
     resources = aws_stack
 
     def of_type(token: str) -> list[PreviewResource]:
