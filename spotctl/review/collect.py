@@ -425,15 +425,21 @@ def _pool_verdict(by_type: dict[str, str | None], bands: list[str]) -> str:
     return "keep"
 
 
-def review_costs(review: Review, path: Path | None) -> None:
+def read_costs(path: Path | None) -> list[dict[str, Any]] | None:
     """Each team's cost for the quarter and its lost work's, from the cluster's recordings."""
     if path is None:
-        review.flags.append("no cost report given (--costs)")
-        return
+        return None
     try:
-        review.sections["costs"] = team_costs(path)
+        return team_costs(path)
     except CostsError as exc:
         raise ReviewError(str(exc)) from None
+
+
+def review_costs(review: Review, costs: list[dict[str, Any]] | None) -> None:
+    if costs is None:
+        review.flags.append("no cost report given (--costs)")
+    else:
+        review.sections["costs"] = costs
 
 
 def collect(
@@ -449,6 +455,7 @@ def collect(
     previews: dict[str, list[PreviewResource]] | None = None,
 ) -> Review:
     review = Review(quarter, day)
+    cost_rows = read_costs(costs)  # a bad file is refused before the minutes of previews
     names = stacks(program)
     if previews is None:
         with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
@@ -460,6 +467,6 @@ def collect(
     review_versions(review)
     review_runbooks(review, previews)
     review_drills(review, drill_reports)
-    review_costs(review, costs)
+    review_costs(review, cost_rows)
     review_provider_data(review, provider_data or pack / "provider-data.yaml", program, names)
     return review

@@ -15,7 +15,7 @@ import pytest
 from pack_copy import pack_copy
 from PIL import Image
 
-from spotctl.preview.resources import PreviewResource, preview_program
+from spotctl.preview.resources import PreviewResource
 from spotctl.review.collect import (
     REPO,
     Review,
@@ -23,7 +23,7 @@ from spotctl.review.collect import (
     ami_release,
     collect,
     pinned_versions,
-    review_costs,
+    read_costs,
     review_drills,
     review_provider_data,
     review_runbooks,
@@ -156,8 +156,8 @@ def test_chromium_renders_the_tables_and_decodes_every_image(reviewed, tmp_path)
 
 
 @pytest.fixture(scope="module")
-def previews() -> dict[str, list[PreviewResource]]:
-    return {stack: preview_program(REPO, stack) for stack in stacks(REPO)}
+def previews(stack_previews) -> dict[str, list[PreviewResource]]:
+    return {stack: stack_previews(stack) for stack in stacks(REPO)}
 
 
 def test_a_version_past_its_end_of_support_is_mandatory(previews):
@@ -342,7 +342,7 @@ def test_a_costs_file_that_is_not_the_quarters_answer_is_one_clear_line(
     costs = tmp_path / "costs.json"
     costs.write_text(answer)
     with pytest.raises(ReviewError) as raised:
-        review_costs(Review("2026Q4", DAY), costs)
+        read_costs(costs)
     assert str(raised.value) == f"{costs}: {complaint}"
 
 
