@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from components.aws.platform import efa_instance_types
@@ -18,6 +20,17 @@ from components.versions import (
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STACKS = stack_names(REPO_ROOT, load_project(REPO_ROOT))
+SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
+
+
+def spotctl_preview(program: Path, stack: str, *args: str) -> subprocess.CompletedProcess:
+    """`spotctl preview` of a program's stack, run as a user runs it."""
+    return subprocess.run(
+        [SPOTCTL, "preview", "--stack", stack, "--program", str(program), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def stack_values(stack: str) -> dict:

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from stack_files import STACKS, stack_values
+from stack_files import STACKS, spotctl_preview, stack_values
 
 from components.aws.quotas import QUOTA_CODES
 from components.catalog import CATALOG_FILE, CatalogError, catalog, class_name, read_catalog
 from components.config import ConfigError, load_config
 from components.config.capacity import allocatable
 from components.gcp.quotas import preemptible_gpu_quota_id
-
-SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
 
 def problems(stack: str, change) -> list[tuple[str, str]]:
@@ -357,12 +352,7 @@ def test_a_gpu_type_of_no_quota_family_is_an_error_naming_it(cloud, name, fields
 def test_cli_refuses_a_template_that_fits_no_node_with_exit_2(program_copy):
     values = copy.deepcopy(stack_values("dev"))
     values["kubernetes"] = {"templates": {"gpus_per_node": 2}}
-    result = subprocess.run(
-        [SPOTCTL, "preview", "--stack", "toobig", "--program", str(program_copy("toobig", values))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = spotctl_preview(program_copy("toobig", values), "toobig")
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if "spot-training:" in line]
     assert len(lines) == 1 and "spot-training:kubernetes.templates.gpus_per_node:" in lines[0]

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stack_files import REPO_ROOT, STACKS, stack_values, value_paths
+from stack_files import REPO_ROOT, SPOTCTL, STACKS, spotctl_preview, stack_values, value_paths
 
 from components.config import ConfigError, StackConfig, load_config
-
-SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -188,12 +184,7 @@ def test_fuzzed_configs_never_escape_as_tracebacks(case):
 def test_cli_reports_config_error_without_traceback(program_copy):
     values = _set(stack_values("dev"), ["gpu_classes", 0, "instance_types", 1], "g6.xlarge")
     program = program_copy("broken", values)
-    result = subprocess.run(
-        [SPOTCTL, "preview", "--stack", "broken", "--program", str(program)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = spotctl_preview(program, "broken")
     assert result.returncode == 2
     assert "spot-training:gpu_classes[0].instance_types[1]" in result.stderr
     assert "never mixes accelerator models" in result.stderr
@@ -338,15 +329,6 @@ def test_what_every_stack_must_state_is_required(section, field):
     assert (field, "required field is missing") in _error(values).problems
 
 
-def _preview(program: Path, stack: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SPOTCTL, "preview", "--stack", stack, "--program", str(program), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def _one_line_error(result: subprocess.CompletedProcess) -> str:
     """The preview failed as bad input does: exit 2, no plan, one error naming the problem."""
     assert result.returncode == 2, result.stdout + result.stderr
@@ -355,11 +337,11 @@ def _one_line_error(result: subprocess.CompletedProcess) -> str:
     return result.stderr.strip()
 
 
-def test_unknown_top_level_key_stops_the_preview(program_copy, tmp_path):
+def test_unknown_top_level_key_stops_thespotctl_preview(program_copy, tmp_path):
     values = stack_values("dev")
     values["alert"] = {"emails": ["oncall@ml.test"]}  # `alerts` misspelt
     out = tmp_path / "plan.json"
-    result = _preview(program_copy("typo", values), "typo", "--json", str(out))
+    result = spotctl_preview(program_copy("typo", values), "typo", "--json", str(out))
     error = _one_line_error(result)
     assert "spot-training:alert: unknown field" in error
     assert not out.exists()
@@ -371,7 +353,7 @@ def test_yaml_syntax_error_is_one_line(program_copy):
     stack_file.write_text(
         stack_file.read_text().replace("spot-training:teams:", "spot-training:teams: [")
     )
-    error = _one_line_error(_preview(program, "broken"))
+    error = _one_line_error(spotctl_preview(program, "broken"))
     assert error.startswith(f"error: {stack_file}:")
     assert "not valid YAML" in error and len(error.splitlines()) == 1
 
@@ -382,5 +364,5 @@ def test_mixed_pool_is_a_config_error_not_a_traceback(program_copy):
         ["aws", "pools", "stable", "instance_types"],
         ["m6i.large", "g5.xlarge"],
     )
-    error = _one_line_error(_preview(program_copy("mixed", values), "mixed"))
+    error = _one_line_error(spotctl_preview(program_copy("mixed", values), "mixed"))
     assert "spot-training:aws.pools.stable.instance_types: one node group needs one AMI" in error

@@ -11,8 +11,6 @@ GKE's 1,000 nodes per node pool and zone (GKE quotas and limits), the smallest V
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -20,13 +18,12 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stack_files import REPO_ROOT, STACKS, stack_values, value_paths
+from stack_files import REPO_ROOT, STACKS, spotctl_preview, stack_values, value_paths
 
 from components.config import ConfigError, StackConfig, load_values
 from components.config.files import ProgramInputError, stack_config
 
 PROJECT = "spot-training"
-SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
 
 def load_stack_file(path: Path) -> StackConfig:
@@ -253,15 +250,6 @@ def test_valid_edges_load(stack, document, check, tmp_path):
         assert getattr(config, check) == "true"  # quoted in the file: text, not a boolean
 
 
-def _preview(program: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SPOTCTL, "preview", "--stack", "hostile", "--program", str(program)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize(
     # One the CLI's reading of the file refuses, one the program refuses.
     "case",
@@ -273,7 +261,7 @@ def test_cli_refuses_with_exit_2_and_one_line(case, tmp_path):
     (tmp_path / "__main__.py").symlink_to(REPO_ROOT / "__main__.py")
     (tmp_path / "stacks").mkdir()
     write(tmp_path / "stacks", document)
-    result = _preview(tmp_path)
+    result = spotctl_preview(tmp_path, "hostile")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert expected in result.stderr

@@ -6,29 +6,17 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
-from pathlib import Path
 
 import pulumi
 import pytest
-from stack_files import stack_values
+from stack_files import spotctl_preview, stack_values
 
 from components.aws.quotas import QUOTA_CODES, GpuQuotas, GpuQuotasArgs
 from components.config import ConfigError, load_config
 from components.config.capacity import creation_problems, starting_gpu_vcpus
 from spotctl.preview.aws import ACCOUNT_ID
 
-SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 ON_DEMAND_G = ("on-demand", "g-family")
-
-
-def preview(program: Path, stack: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SPOTCTL, "preview", "--stack", stack, "--program", str(program)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def one_config_line(result: subprocess.CompletedProcess) -> str:
@@ -96,7 +84,7 @@ def test_what_exists_at_creation_is_checked_against_the_quota_now():
 def test_cli_refuses_a_gpu_buffer_that_starts_above_the_accounts_quota(program_copy):
     values = copy.deepcopy(stack_values("prod"))
     values["aws"]["pools"]["buffer"]["desired_size"] = 2
-    line = one_config_line(preview(program_copy("prod", values), "prod"))
+    line = one_config_line(spotctl_preview(program_copy("prod", values), "prod"))
     assert line.startswith("spot-training:aws.pools.buffer.desired_size: 2 GPU nodes at creation")
     assert "allows 0 now" in line and "start the buffer at 0" in line
 
@@ -141,7 +129,7 @@ def test_cli_refuses_a_principal_of_the_account_that_does_not_exist(program_copy
     """The preview's account is an empty one: IAM's lookup finds no such role."""
     values = copy.deepcopy(stack_values("dev"))
     values["teams"][0]["engineers"] = [f"arn:aws:iam::{ACCOUNT_ID}:role/MLEngineers"]
-    line = one_config_line(preview(program_copy("dev", values), "dev"))
+    line = one_config_line(spotctl_preview(program_copy("dev", values), "dev"))
     assert line.startswith(
         f"spot-training:teams[0].engineers[0]: no role 'MLEngineers' in account {ACCOUNT_ID}"
     )

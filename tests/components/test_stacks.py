@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from stack_files import REPO_ROOT, STACKS, stack_values
+from stack_files import REPO_ROOT, SPOTCTL, STACKS, stack_values
 
 from spotctl.preview.resources import STACK_TYPE, preview_program, resource_tree
-
-SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
 
 def test_repository_has_dev_and_prod_stacks():

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from stack_files import REPO_ROOT
+from stack_files import REPO_ROOT, spotctl_preview
 
 from spotctl.preview.resources import UNKNOWN, PreviewError, preview_program, resource_tree
-
-SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
 
 PROJECT = "name: tiny\nruntime: python\nstackConfigDir: env\n"
 CONFIG = """
@@ -165,12 +161,8 @@ def test_unknown_outputs_are_shown_as_unknown_in_tree_json_and_policy_inputs(tmp
     assert "aws:ssm/parameter:Parameter p: value = output<unknown>" in resource_tree(resources)
 
     out = tmp_path / "plan.json"
-    result = subprocess.run(
-        [SPOTCTL, "preview", "--stack", "test", "--program", str(program), "--json", str(out)]
-        + ["--policy-pack", str(REPO_ROOT / "policies")],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = spotctl_preview(
+        program, "test", "--json", str(out), "--policy-pack", str(REPO_ROOT / "policies")
     )
     assert result.returncode == 0, result.stdout + result.stderr
     written = {r["name"]: r for r in json.loads(out.read_text())["resources"]}
