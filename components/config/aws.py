@@ -28,6 +28,7 @@ from components.config.schema import (
     PositiveInt,
     Schedule,
     ScheduledAction,
+    ipv4_network,
 )
 from components.versions import GPU_AMI_ALIAS, KUBERNETES_RELEASES, KUBERNETES_VERSION
 
@@ -84,10 +85,7 @@ class NewCluster(Model):
     @field_validator("vpc_cidr")
     @classmethod
     def _address(cls, value: str) -> str:
-        try:
-            ipaddress.IPv4Network(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IPv4 network like '10.0.0.0/16'") from None
+        ipv4_network(value)
         return value
 
     @field_validator("version")

@@ -23,6 +23,7 @@ from components.config.schema import (
     PositiveInt,
     Schedule,
     ScheduledAction,
+    ipv4_network,
 )
 from components.versions import GKE_RELEASE_CHANNEL, GKE_VERSION
 
@@ -112,10 +113,7 @@ class GkeNetwork(Model):
     @field_validator("nodes_cidr", "pods_cidr", "services_cidr", "control_plane_cidr")
     @classmethod
     def _private_network(cls, value: str) -> str:
-        try:
-            network = ipaddress.IPv4Network(value)
-        except ValueError as exc:
-            raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        network = ipv4_network(value)
         if not network.is_private:
             raise ValueError(f"{value!r} is not a private (RFC 1918) range")
         return value
@@ -156,10 +154,7 @@ class AuthorizedNetwork(Model):
     @field_validator("cidr")
     @classmethod
     def _network(cls, value: str) -> str:
-        try:
-            network = ipaddress.IPv4Network(value)
-        except ValueError as exc:
-            raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        network = ipv4_network(value)
         if network.prefixlen == 0:
             raise ValueError(
                 f"{value!r} opens the control plane to the whole internet; list the networks "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, TypeVar
 
@@ -17,6 +18,14 @@ DURATION = r"^\d+(s|m|h)$"
 def duration_seconds(duration: str) -> int:
     """Seconds in a DURATION such as "15m"."""
     return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
+def ipv4_network(value: str) -> ipaddress.IPv4Network:
+    """The IPv4 network a field names, or a ValueError that says why it names none."""
+    try:
+        return ipaddress.IPv4Network(value)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
 
 
 PositiveInt = Annotated[int, Field(ge=1)]
