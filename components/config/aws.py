@@ -22,6 +22,7 @@ from components.catalog import catalog
 from components.config.schema import (
     DNS_LABEL,
     CreateOrAttach,
+    GpuIdlePercent,
     InstanceTypes,
     Model,
     NonNegativeInt,
@@ -335,12 +336,7 @@ class Alarms(Model):
         description="Oldest unhandled interruption event age that pages; below the queue's "
         f"{INTERRUPTION_QUEUE_RETENTION_SECONDS} s retention.",
     )
-    gpu_idle_percent: int = Field(
-        default=50,
-        ge=1,
-        le=99,
-        description="Average GPU idle share that warns (at 100 no utilisation is below it).",
-    )
+    gpu_idle_percent: GpuIdlePercent = 50
 
     @field_validator("queue_age_seconds")
     @classmethod

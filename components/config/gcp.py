@@ -18,6 +18,7 @@ from components.catalog import catalog
 from components.config.schema import (
     DNS_LABEL,
     CreateOrAttach,
+    GpuIdlePercent,
     Model,
     NonNegativeInt,
     PositiveInt,
@@ -366,9 +367,7 @@ class GcpAlarms(Model):
     preemptions_per_hour: PositiveInt = Field(
         default=10, description="Spot preemptions per hour that page."
     )
-    gpu_idle_percent: int = Field(
-        default=50, ge=1, le=100, description="Average GPU idle share that warns."
-    )
+    gpu_idle_percent: GpuIdlePercent = 50
 
 
 def environment_problem(environment: str) -> str | None:

@@ -31,6 +31,11 @@ def ipv4_network(value: str) -> ipaddress.IPv4Network:
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
+# The GPU idle alert fires below 100 - this utilisation: at 100 it never would.
+GpuIdlePercent = Annotated[
+    int, Field(ge=1, le=99, description="Average GPU idle share (%) that warns.")
+]
+
 # EC2 instance types ("g5.xlarge") and Compute Engine machine types ("g2-standard-8").
 INSTANCE_TYPE = r"^[a-z0-9]+(-[a-z0-9]+)*(\.[a-z0-9]+)?$"
 

@@ -59,8 +59,9 @@ class ObservabilityArgs:
     labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.gpu_idle_percent <= 100:
-            raise ValueError("ObservabilityArgs.gpu_idle_percent: between 1 and 100")
+        # The alert fires below 100 - this utilisation: at 100 it never would.
+        if not 1 <= self.gpu_idle_percent <= 99:
+            raise ValueError("ObservabilityArgs.gpu_idle_percent: between 1 and 99")
         if self.preemptions_per_hour < 1:
             raise ValueError("ObservabilityArgs.preemptions_per_hour: must be at least 1")
 

@@ -848,7 +848,13 @@ POOL = {
             lambda: ObservabilityArgs(
                 project="p", cluster_name="c", runbook_base_url="u", gpu_idle_percent=0
             ),
-            "ObservabilityArgs.gpu_idle_percent: between 1 and 100",
+            "ObservabilityArgs.gpu_idle_percent: between 1 and 99",
+        ),
+        (
+            lambda: ObservabilityArgs(
+                project="p", cluster_name="c", runbook_base_url="u", gpu_idle_percent=100
+            ),
+            "ObservabilityArgs.gpu_idle_percent: between 1 and 99",
         ),
         (
             lambda: SpotGpuQuotasArgs(
