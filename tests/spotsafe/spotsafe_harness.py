@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import boto3
+from prometheus_client.parser import text_string_to_metric_families
 from spotsafe.local.servers import LOCAL_AWS_ENV, free_port
 
 TRAINER = [sys.executable, "-m", "spotsafe.examples.train"]
@@ -167,6 +169,32 @@ def run_trainer(*args: str, env: dict[str, str] | None = None) -> tuple[int, dic
     out, err = proc.communicate(timeout=120)
     lines = out.strip().splitlines()
     return proc.returncode, json.loads(lines[-1]) if lines else None, err
+
+
+def result_of(proc: subprocess.Popen) -> tuple[int, dict, str]:
+    """Wait for a started trainer that must print its result: (exit code, result, stderr)."""
+    out, err = proc.communicate(timeout=120)
+    assert out.strip(), err
+    return proc.returncode, json.loads(out.strip().splitlines()[-1]), err
+
+
+def wait_for_step(
+    port: int, step: int, proc: subprocess.Popen, metric: str = "spotsafe_training_step"
+) -> float:
+    """Wait until the process's metric reaches step; return the value it has then."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+        except OSError:
+            time.sleep(0.05)
+            continue
+        for family in text_string_to_metric_families(text.decode()):
+            if family.name == metric and family.samples[0].value >= step:
+                return family.samples[0].value
+        time.sleep(0.02)
+    raise AssertionError(f"{metric} never reached {step}")
 
 
 def start_ranks(

@@ -14,8 +14,7 @@ from prometheus_client import REGISTRY
 from spotsafe import Run, goodput
 from spotsafe.local.servers import free_port
 from spotsafe.preemption import EXIT_PREEMPTED
-from spotsafe_harness import start_trainer
-from test_termination_trainer import result_of, wait_for_step
+from spotsafe_harness import result_of, start_trainer, wait_for_step
 
 STEP_S = 0.01
 

@@ -38,9 +38,8 @@ from spotsafe.examples.train import TrainConfig, run
 from spotsafe.local.servers import free_port, s3_server
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe.storage import open_store, s3
-from spotsafe_harness import start_trainer
+from spotsafe_harness import result_of, start_trainer, wait_for_step
 from stack_files import stack_values
-from test_termination_trainer import result_of, wait_for_step
 
 from components.config import load_config
 

@@ -4,23 +4,18 @@ the final save does not depend on where the notice came from, so one source's ru
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from spotsafe.local.metadata import AwsImds, GceMetadata
 from spotsafe.local.servers import LOCAL_AWS_ENV, free_port
 from spotsafe.manifest import MANIFEST_NAME, step_of
 from spotsafe.preemption import EXIT_PREEMPTED
-from spotsafe_harness import create_bucket, s3_keys
+from spotsafe_harness import create_bucket, result_of, s3_keys, start_trainer, wait_for_step
 
 STEPS = 3000
 RESTARTED = "sigterm"  # the source whose stopped run is restarted
@@ -32,38 +27,7 @@ def trainer(
     args = ["--steps", str(STEPS), "--checkpoint-uri", uri, "--every-steps", str(every_steps)]
     if metrics_port:
         args += ["--metrics-port", str(metrics_port)]
-    return subprocess.Popen(
-        [sys.executable, "-m", "spotsafe.examples.train", *args],
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def result_of(proc: subprocess.Popen) -> tuple[int, dict, str]:
-    out, err = proc.communicate(timeout=120)
-    assert out.strip(), err
-    return proc.returncode, json.loads(out.strip().splitlines()[-1]), err
-
-
-def wait_for_step(
-    port: int, step: int, proc: subprocess.Popen, metric: str = "spotsafe_training_step"
-) -> float:
-    """Wait until the process's metric reaches step; return the value it has then."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read()
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
-        except OSError:
-            time.sleep(0.05)
-            continue
-        for family in text_string_to_metric_families(text.decode()):
-            if family.name == metric and family.samples[0].value >= step:
-                return family.samples[0].value
-        time.sleep(0.02)
-    raise AssertionError(f"{metric} never reached {step}")
+    return start_trainer(*args, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -142,14 +106,22 @@ def test_rebalance_recommendation_saves_at_once_and_trains_on(
     assert [s for s in committed if s % 1000], f"a save off the 1000-step cadence: {committed}"
 
 
+def trainer_past_a_checkpoint(
+    uri: str, proxy, monkeypatch: pytest.MonkeyPatch, grace_s: int
+) -> subprocess.Popen:
+    """A trainer that stores through the proxy and has committed its step-50 checkpoint."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    port = free_port()
+    env = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": str(grace_s)}
+    proc = trainer(uri, env, metrics_port=port, every_steps=50)
+    wait_for_step(port, 50, proc, metric="spotsafe_checkpoint_last_committed_step")
+    return proc
+
+
 def test_a_final_save_that_fails_still_exits_75_and_counts_the_lost_steps(
     s3_uri: str, proxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    port = free_port()
-    env = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "60"}
-    proc = trainer(s3_uri, env, metrics_port=port, every_steps=50)
-    wait_for_step(port, 50, proc, metric="spotsafe_checkpoint_last_committed_step")
+    proc = trainer_past_a_checkpoint(s3_uri, proxy, monkeypatch, grace_s=60)
     proxy.down()  # storage unreachable just as the notice comes
     proc.send_signal(signal.SIGTERM)
     code, stopped, log = result_of(proc)
@@ -171,11 +143,7 @@ def test_a_final_save_that_fails_still_exits_75_and_counts_the_lost_steps(
 def test_a_pod_killed_before_its_final_save_is_durable_has_its_loss_counted_on_restart(
     s3_uri: str, proxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    port = free_port()
-    env = {"SPOTSAFE_NOTICE_SOURCES": "sigterm", "SPOTSAFE_SIGTERM_GRACE_S": "4"}
-    proc = trainer(s3_uri, env, metrics_port=port, every_steps=50)
-    wait_for_step(port, 50, proc, metric="spotsafe_checkpoint_last_committed_step")
+    proc = trainer_past_a_checkpoint(s3_uri, proxy, monkeypatch, grace_s=4)
     proxy.chunk_delay_s = 1.0  # storage crawls: the final save cannot make the deadline
     proc.send_signal(signal.SIGTERM)
     time.sleep(4)
