@@ -69,7 +69,13 @@ class Catalog:
 
 @cache
 def catalog(cloud: str) -> Catalog:
-    return read_catalog(yaml.safe_load(CATALOG_FILE.read_text())[cloud])
+    return read_catalog(_document()[cloud])
+
+
+@cache
+def _document() -> dict[str, Any]:
+    """catalog.yaml, parsed once for both clouds' sections."""
+    return yaml.safe_load(CATALOG_FILE.read_text())
 
 
 def read_catalog(document: dict[str, Any]) -> Catalog:
