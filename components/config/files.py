@@ -23,11 +23,14 @@ class ProgramInputError(Exception):
     """The program directory or its stack files cannot be read as given."""
 
 
+PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml")
+
+
 def find_program(start: Path) -> Path:
     """The Pulumi project `start` lies in: the nearest folder upward with a Pulumi.yaml, as the
     Pulumi CLI finds it."""
     for folder in (start, *start.parents):
-        if any((folder / name).is_file() for name in ("Pulumi.yaml", "Pulumi.yml")):
+        if project_file(folder):
             return folder
     raise ProgramInputError(
         f"no Pulumi.yaml in {start} or any folder above it: run from a Pulumi project or pass "
@@ -76,16 +79,22 @@ def read_yaml(path: Path) -> Any:
         raise ProgramInputError(f"{path}: not a config: {str(exc).split(';')[0]}") from None
 
 
+def project_file(program_dir: Path) -> Path | None:
+    """The program's Pulumi.yaml (or Pulumi.yml); None where it has none."""
+    return next((program_dir / n for n in PROJECT_FILES if (program_dir / n).is_file()), None)
+
+
 def load_project(program_dir: Path) -> dict[str, Any]:
     """Pulumi.yaml of the program, with the keys the CLI defaults filled in."""
-    for name in ("Pulumi.yaml", "Pulumi.yml"):
-        path = program_dir / name
-        if path.is_file():
-            project = read_yaml(path) or {}
-            if not isinstance(project, dict) or not project.get("name"):
-                raise ProgramInputError(f"{path}: a Pulumi project file needs a 'name'")
-            return project
-    raise ProgramInputError(f"{program_dir}: no Pulumi.yaml (not a Pulumi program directory)")
+    path = project_file(program_dir)
+    if path is None:
+        raise ProgramInputError(f"{program_dir}: no Pulumi.yaml (not a Pulumi program directory)")
+    project = read_yaml(path) or {}
+    if not isinstance(project, dict) or not project.get("name"):
+        raise ProgramInputError(f"{path}: a Pulumi project file needs a 'name'")
+    if not isinstance(project.get("stackConfigDir", ""), str):
+        raise ProgramInputError(f"{path}: 'stackConfigDir' must be a folder path (a string)")
+    return project
 
 
 # What Pulumi allows in a stack name: letters, digits, '-', '_' and '.' (never a path).
@@ -128,15 +137,9 @@ def stack_config(path: Path, project_name: str) -> tuple[dict[str, str], list[st
     document = read_yaml(path) or {}
     if not isinstance(document, dict):
         raise ProgramInputError(f"{path}: a stack file must be a mapping with a 'config' key")
-    raw = document.get("config") or {}
-    if not isinstance(raw, dict):
-        raise ProgramInputError(f"{path}: 'config' must be a mapping")
     config: dict[str, str] = {}
     secret_keys: list[str] = []
-    for key, value in raw.items():
-        if not isinstance(key, str):
-            raise ProgramInputError(f"{path}: config key {key!r} is not a string; quote it")
-        full_key = key if ":" in key else f"{project_name}:{key}"
+    for full_key, value in _namespaced(path, document.get("config"), project_name).items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             config[full_key] = "[secret]"
             secret_keys.append(full_key)
@@ -149,15 +152,27 @@ def program_config(
     program_dir: Path, project: dict[str, Any], stack: str
 ) -> tuple[dict[str, str], list[str]]:
     """The config a program sees: Pulumi.yaml's `config:` defaults, overridden by the stack's."""
+    declarations = _namespaced(project_file(program_dir), project.get("config"), project["name"])
     config = {}
-    for key, declared in (project.get("config") or {}).items():
-        full_key = key if ":" in key else f"{project['name']}:{key}"
+    for full_key, declared in declarations.items():
         if not isinstance(declared, dict):
             config[full_key] = _config_string(declared)
         elif "value" in declared or "default" in declared:
             config[full_key] = _config_string(declared.get("value", declared.get("default")))
     values, secret_keys = stack_config(stack_file(program_dir, project, stack), project["name"])
     return {**config, **values}, secret_keys
+
+
+def _namespaced(path: Path, section: Any, project_name: str) -> dict[str, Any]:
+    """A file's `config:` section by full key (a key without a namespace is the project's);
+    a section that is not a mapping with string keys is a ProgramInputError naming the file."""
+    section = section or {}
+    if not isinstance(section, dict):
+        raise ProgramInputError(f"{path}: 'config' must be a mapping")
+    for key in section:
+        if not isinstance(key, str):
+            raise ProgramInputError(f"{path}: config key {key!r} is not a string; quote it")
+    return {key if ":" in key else f"{project_name}:{key}": value for key, value in section.items()}
 
 
 def _config_string(value: Any) -> str:

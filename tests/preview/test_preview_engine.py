@@ -178,3 +178,24 @@ def test_yaml_syntax_error_in_the_project_file_is_one_line(tmp_path):
         f"{program / 'Pulumi.yaml'}:2:8: not valid YAML: expected ',' or ']', but got ':'"
     )
     assert not caught.value.crashed and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("project", "expected"),
+    [
+        (PROJECT + "config: [size]\n", "'config' must be a mapping"),
+        (PROJECT + "config:\n  1: size\n", "config key 1 is not a string; quote it"),
+        (
+            "name: tiny\nruntime: python\nstackConfigDir: [env]\n",
+            "'stackConfigDir' must be a folder path (a string)",
+        ),
+    ],
+)
+def test_a_malformed_project_file_is_one_line(tmp_path, project, expected):
+    """Pulumi.yaml's `config:` maps keys to values and `stackConfigDir` is a path (Pulumi project
+    file reference): anything else is refused naming the file, as in a stack file."""
+    program = _program(tmp_path, "import pulumi\n", project=project)
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program, "test")
+    assert str(caught.value) == f"{program / 'Pulumi.yaml'}: {expected}"
+    assert not caught.value.crashed
