@@ -8,9 +8,10 @@ provider, with the ids of `ids`), `analyzer` (a policy pack run the way the Pulu
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,12 +56,18 @@ def command(
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
     from spotctl.outputs import OutputError, fail, output_file
+    from spotctl.preview.analyzer import PolicyPackError, read_policy_config
 
+    # Refused before the preview runs: an output that cannot be written, a bad policy config.
     try:
         if json_path is not None:
             output_file(json_path, "--json")
+        policy_config = read_policy_config(policy_pack_config)
     except OutputError as exc:
         raise fail(exc) from None
+    except PolicyPackError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     try:
         program = program or find_program(Path.cwd())
         typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
@@ -87,11 +94,15 @@ def command(
         }
         json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     if policy_pack is not None:
-        check_policies(policy_pack, program, stack, resources, policy_pack_config)
+        check_policies(policy_pack, program, stack, resources, policy_config)
 
 
 def check_policies(
-    pack: Path, program: Path, stack: str, resources: list[PreviewResource], config: Path | None
+    pack: Path,
+    program: Path,
+    stack: str,
+    resources: list[PreviewResource],
+    config: Mapping[str, Mapping[str, Any]],
 ) -> None:
     """Prints the pack's violations; exit status 3 on a mandatory one, 2 if the pack cannot run."""
     from spotctl.preview.analyzer import PolicyPackError, check_preview, format_report

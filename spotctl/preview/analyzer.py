@@ -131,6 +131,20 @@ def to_struct(properties: Mapping[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
+def read_policy_config(path: Path | None) -> dict[str, dict[str, Any]]:
+    """--policy-pack-config's file, parsed (none: {}); a file that cannot be read or is not a
+    JSON object is one PolicyPackError line naming it."""
+    if path is None:
+        return {}
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
+        raise PolicyPackError(f"--policy-pack-config {path}: {exc}") from None
+    if not isinstance(document, dict):
+        raise PolicyPackError(f"--policy-pack-config {path}: not a JSON object")
+    return parse_policy_config(document)
+
+
 def parse_policy_config(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """--policy-pack-config as the CLI reads it: {policy: level | {enforcementLevel?, ...}}."""
     parsed = {}
@@ -434,17 +448,12 @@ def check_preview(
     program_dir: Path,
     stack: str,
     resources: Iterable[PreviewResource],
-    policy_config_path: Path | None = None,
+    policy_config: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> PolicyReport:
-    """The pack's verdict on a previewed stack, with the stack's config as the CLI would pass it."""
+    """The pack's verdict on a previewed stack, with the stack's config as the CLI would pass it
+    and the policy config of `read_policy_config`."""
     from components.config.files import load_project, program_config
 
-    policy_config = {}
-    if policy_config_path is not None:
-        try:
-            policy_config = parse_policy_config(json.loads(policy_config_path.read_text()))
-        except (OSError, json.JSONDecodeError, AttributeError) as exc:
-            raise PolicyPackError(f"--policy-pack-config {policy_config_path}: {exc}") from None
     project = load_project(program_dir)
     config, _ = program_config(program_dir, project, stack)
     with PolicyAnalyzer(

@@ -20,7 +20,7 @@ import yaml
 
 from components.config.files import ProgramInputError, load_project, stack_names
 from components.config.loading import ConfigError, stack_document
-from spotctl.preview.analyzer import check_preview
+from spotctl.preview.analyzer import check_preview, read_policy_config
 from spotctl.preview.resources import PreviewResource, preview_program
 from spotctl.review.costs import CostsError, team_costs
 from spotctl.review.headroom import headroom
@@ -84,7 +84,7 @@ def review_stacks(
     review: Review,
     program: Path,
     pack: Path,
-    policy_config: Path | None,
+    policy_config: dict[str, dict[str, Any]],
     previews: dict[str, list[PreviewResource]],
 ) -> None:
     """Per stack: the pack's verdict, and each threshold beside the stack's value."""
@@ -456,13 +456,14 @@ def collect(
 ) -> Review:
     review = Review(quarter, day)
     cost_rows = read_costs(costs)  # a bad file is refused before the minutes of previews
+    policy = read_policy_config(policy_config)  # likewise
     names = stacks(program)
     if previews is None:
         with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
             previews = dict(
                 zip(names, pool.map(lambda s: preview_program(program, s), names), strict=True)
             )
-    review_stacks(review, program, pack, policy_config, previews)
+    review_stacks(review, program, pack, policy, previews)
     review_waivers(review, pack)
     review_versions(review)
     review_runbooks(review, previews)

@@ -14,7 +14,7 @@ import pytest
 from spot_policy_cases import PACK_DIR
 from stack_files import AWS_STACKS, REPO_ROOT
 
-from spotctl.preview.analyzer import PolicyPackError, check_preview
+from spotctl.preview.analyzer import PolicyPackError, check_preview, read_policy_config
 from spotctl.preview.resources import preview_program
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -104,7 +104,21 @@ def test_bad_policy_config_is_a_clear_error(tmp_path, config, complaint):
     path = tmp_path / "policy-config.json"
     path.write_text(config)
     with pytest.raises(PolicyPackError, match=re.escape(complaint)):
-        check_preview(PACK_DIR, PROGRAMS / "untainted-spot-pool", "test", [], path)
+        check_preview(
+            PACK_DIR, PROGRAMS / "untainted-spot-pool", "test", [], read_policy_config(path)
+        )
+
+
+def test_a_policy_config_that_is_not_utf8_is_refused_before_the_preview(tmp_path):
+    config = tmp_path / "policy-config.json"
+    config.write_bytes(b'{"eks-spot-pool-tainted": "adv\xffisory"}')
+    result = spotctl_preview(
+        *("--stack", "test", "--program", str(PROGRAMS / "untainted-spot-pool")),
+        *("--policy-pack", str(PACK_DIR), "--policy-pack-config", str(config)),
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: --policy-pack-config {config}: "), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Previewing" not in result.stdout
 
 
 def test_not_a_policy_pack_is_a_clear_error(tmp_path):
