@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 import typer
 
-from components.config.files import ProgramInputError, find_program
 from spotctl.preview.resources import (
     PreviewError,
     PreviewResource,
@@ -55,6 +54,7 @@ def command(
     policy_pack_config: PolicyPackConfigOption = None,
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
+    from components.config.files import ProgramInputError, find_program
     from spotctl.outputs import OutputError, fail, output_file
     from spotctl.preview.analyzer import PolicyPackError, read_policy_config
 

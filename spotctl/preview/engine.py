@@ -2,7 +2,11 @@
 
 Pulumi's runtime state is process-global, so `spotctl.preview.resources` starts this module in a
 fresh interpreter per preview:
-`python -m spotctl.preview.engine PROGRAM_DIR STACK OUT_JSON [--strict-deprecations]`.
+`python -m spotctl.preview.engine REQUEST_JSON OUT_JSON [--strict-deprecations]`, where REQUEST_JSON
+holds what the Pulumi CLI hands a program: its directory, its main, the project and stack names and
+the stack's config ({"program_dir", "main", "project", "stack", "config", "secret_keys"}). The
+config is read by the caller: this interpreter imports nothing of `components` before the program
+runs, so the program imports its own copy of it.
 Exit status: 0 = previewed, 2 = the program rejected its input (pulumi.RunError, e.g. a config
 error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}.
 
@@ -32,7 +36,6 @@ from pulumi.runtime.sync_await import _sync_await
 
 import spotctl.preview.aws as aws
 import spotctl.preview.gcp as gcp
-from components.config.files import ProgramInputError, load_project, program_config
 from spotctl.preview.ids import stable_hex
 
 
@@ -171,13 +174,11 @@ def strict_deprecations() -> None:
     )
 
 
-def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[str, Any]]:
-    project = load_project(program_dir)
-    config, secret_keys = program_config(program_dir, project, stack)
-    main = (program_dir / project.get("main", ".")).resolve()
-    os.chdir(program_dir)
+def run(request: dict[str, Any], diagnostics: Diagnostics) -> list[dict[str, Any]]:
+    config, main = request["config"], Path(request["main"])
+    os.chdir(request["program_dir"])
     sys.path.insert(0, str(main if main.is_dir() else main.parent))
-    pulumi.runtime.set_all_config(config, secret_keys)
+    pulumi.runtime.set_all_config(config, request["secret_keys"])
     logger = logging.getLogger("spotctl.preview.engine")
     logger.propagate = False
     logger.addHandler(diagnostics)
@@ -190,8 +191,8 @@ def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[st
     )
     pulumi.runtime.set_mocks(
         monitor.mocks,
-        project=project["name"],
-        stack=stack,
+        project=request["project"],
+        stack=request["stack"],
         preview=True,
         logger=logger,
         monitor=monitor,
@@ -201,14 +202,14 @@ def run(program_dir: Path, stack: str, diagnostics: Diagnostics) -> list[dict[st
 
 
 def main(argv: list[str]) -> int:
-    program_dir, stack, out = Path(argv[0]).resolve(), argv[1], Path(argv[2]).resolve()
-    strict = "--strict-deprecations" in argv[3:]
+    request, out = json.loads(Path(argv[0]).read_text()), Path(argv[1]).resolve()
+    strict = "--strict-deprecations" in argv[2:]
     if strict:
         strict_deprecations()
     diagnostics = Diagnostics()
     try:
-        result, status = {"resources": run(program_dir, stack, diagnostics)}, 0
-    except (pulumi.RunError, ProgramInputError) as exc:
+        result, status = {"resources": run(request, diagnostics)}, 0
+    except pulumi.RunError as exc:
         result, status = {"error": str(exc)}, 2
     except DeprecationWarning as exc:  # raised only in strict mode
         result, status = {"error": f"uses deprecated pulumi-aws API: {exc}"}, 2

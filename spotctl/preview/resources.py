@@ -71,19 +71,30 @@ def run_preview(
     program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
 ) -> Previewed:
     """`preview_program`, with what the program logged."""
+    # Imported here: the engine runs in this package, and must import nothing of `components`
+    # before the program does (the program's own copy is the one to preview).
+    from components.config.files import ProgramInputError, load_project, program_config
+
+    program_dir = Path(program_dir).resolve()
+    try:
+        project = load_project(program_dir)
+        config, secret_keys = program_config(program_dir, project, stack)
+    except ProgramInputError as exc:
+        raise PreviewError(str(exc)) from None
+    request = {
+        "program_dir": str(program_dir),
+        "main": str((program_dir / project.get("main", ".")).resolve()),
+        "project": project["name"],
+        "stack": stack,
+        "config": config,
+        "secret_keys": secret_keys,
+    }
     with tempfile.TemporaryDirectory(prefix="spotctl-preview-") as tmp:
-        out = Path(tmp) / "preview.json"
+        request_file, out = Path(tmp) / "request.json", Path(tmp) / "preview.json"
+        request_file.write_text(json.dumps(request))
         flags = ["--strict-deprecations"] if strict_deprecations else []
         process = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "spotctl.preview.engine",
-                str(Path(program_dir).resolve()),
-                stack,
-                str(out),
-                *flags,
-            ],
+            [sys.executable, "-m", "spotctl.preview.engine", str(request_file), str(out), *flags],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -72,6 +72,23 @@ def test_project_config_defaults_apply_unless_the_stack_overrides_them(tmp_path)
     assert queue.inputs["tags"] == {"size": "3", "label": "blue"}
 
 
+def test_the_program_imports_its_own_components(tmp_path):
+    """A program previewed from another directory (`--program ../other-checkout`) runs with its
+    own `components` package first on the path, as `pulumi preview` run there would, not the
+    copy spotctl is installed from."""
+    program = _program(
+        tmp_path,
+        """
+        import components, pulumi_aws as aws
+        aws.sqs.Queue("q", tags={"components": components.__file__})
+        """,
+    )
+    (program / "components").mkdir()
+    (program / "components" / "__init__.py").write_text("")
+    (queue,) = [r for r in preview_program(program, "test") if r.type == "aws:sqs/queue:Queue"]
+    assert queue.inputs["tags"] == {"components": str(program.resolve() / "components/__init__.py")}
+
+
 def test_explicit_provider_region_shapes_outputs_and_is_recorded(tmp_path):
     program = _program(
         tmp_path,
