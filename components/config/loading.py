@@ -43,10 +43,7 @@ STRING_FIELDS = tuple(
 def load_values(values: Mapping[str, str], namespace: str) -> StackConfig:
     """`load_config` on the stack's config as Pulumi hands it to the program: every key
     namespaced, every value a string (structured ones JSON-encoded)."""
-    raw, problems = decode_values(values, namespace, STRING_FIELDS)
-    if problems:
-        raise ConfigError(problems)
-    return load_config(raw, namespace)
+    return load_config(_decoded(values, namespace), namespace)
 
 
 def stack_document(program_dir: Path, stack: str) -> dict[str, Any]:
@@ -55,7 +52,13 @@ def stack_document(program_dir: Path, stack: str) -> dict[str, Any]:
     Raises ProgramInputError for a file that cannot be read, ConfigError for a key that cannot."""
     project = load_project(program_dir)
     values, _ = program_config(program_dir, project, stack)
-    raw, problems = decode_values(values, project["name"], STRING_FIELDS)
+    return _decoded(values, project["name"])
+
+
+def _decoded(values: Mapping[str, str], namespace: str) -> dict[str, Any]:
+    """The config values as a document (field -> value); a key that cannot be read is a
+    ConfigError naming it."""
+    raw, problems = decode_values(values, namespace, STRING_FIELDS)
     if problems:
         raise ConfigError(problems)
     return raw
