@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -89,7 +88,8 @@ def command(
         keep = ("urn", "type", "name", "parent", "inputs")
         document = {
             "resources": [
-                {**{k: asdict(r)[k] for k in keep}, "dependencies": waits_for(r)} for r in resources
+                {**{k: getattr(r, k) for k in keep}, "dependencies": waits_for(r)}
+                for r in resources
             ]
         }
         json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")

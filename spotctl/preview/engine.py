@@ -117,19 +117,19 @@ class RecordingMonitor(mocks.MockMonitor):
 
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
+        properties = json_format.MessageToDict(request.object)
         if request.type.startswith("pulumi:providers:"):
-            region = json_format.MessageToDict(request.object).get("region")
+            region = properties.get("region")
             self.mocks.provider_regions[f"{response.urn}::{response.id}"] = (
                 region or self.mocks.default_region
             )
             if request.type == "pulumi:providers:gcp":
-                provider = json_format.MessageToDict(request.object)
                 project, default_region = self.mocks.gcp_default
                 self.mocks.gcp_providers[f"{response.urn}::{response.id}"] = (
-                    provider.get("project") or project,
+                    properties.get("project") or project,
                     region or default_region,
                 )
-        inputs = _plain(json_format.MessageToDict(request.object))
+        inputs = _plain(properties)
         registered = self.resources.get(response.urn)
         self.registrations.append(
             {
