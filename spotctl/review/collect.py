@@ -24,7 +24,7 @@ from spotctl.preview.analyzer import check_preview
 from spotctl.preview.resources import PreviewResource, preview_program
 from spotctl.review.costs import CostsError, team_costs
 from spotctl.review.headroom import headroom
-from spotctl.review.runbooks import all_runbooks
+from spotctl.review.runbooks import RunbookError, all_runbooks
 
 REPO = Path(__file__).resolve().parents[2]
 END_OF_SUPPORT = REPO / "components" / "end_of_support.yaml"
@@ -296,7 +296,10 @@ def _runbook_path(text: str) -> str:
 
 
 def review_runbooks(review: Review, previews: dict[str, list[PreviewResource]]) -> None:
-    runbooks = all_runbooks(REPO / "runbooks")
+    try:
+        runbooks = all_runbooks(REPO / "runbooks")
+    except RunbookError as exc:
+        raise ReviewError(str(exc)) from None
     fresh = []
     for runbook in runbooks:
         age = _days(review.date, runbook.last_reviewed)

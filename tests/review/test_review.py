@@ -365,3 +365,28 @@ def test_the_operations_guide_saves_the_answer_to_the_query_the_review_reads():
 
     guide = (REPO / "docs" / "operations.md").read_text()
     assert f"query={quarter_query(92)}'" in guide  # 2026Q4 has 92 days
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        (
+            "# Broken\n",
+            "runbooks/ops/Broken.md: no front matter (---\\nlast_reviewed: YYYY-MM-DD\\n---)",
+        ),
+        (
+            "---\nlast_reviewed: [2026-11-01\n---\n# Broken\n",
+            "runbooks/ops/Broken.md:2: front matter is not valid YAML: expected ',' or ']', but "
+            "got '<stream end>'",
+        ),
+    ],
+)
+def test_a_runbook_the_review_cannot_read_is_one_clear_error(
+    tmp_path, monkeypatch, text, complaint
+):
+    (tmp_path / "runbooks" / "ops").mkdir(parents=True)
+    (tmp_path / "runbooks" / "ops" / "Broken.md").write_text(text)
+    monkeypatch.setattr("spotctl.review.collect.REPO", tmp_path)
+    with pytest.raises(ReviewError) as raised:
+        collect(day=DAY, quarter="2026Q4", drill_reports=DRILLS, costs=COSTS, previews={})
+    assert str(raised.value) == complaint
