@@ -105,3 +105,18 @@ def _message(err: dict[str, Any]) -> str:
     if err["type"] == "string_pattern_mismatch":
         return f"{err['input']!r} does not match {err['ctx']['pattern']}"
     return message
+
+
+def read_stack(program_dir: Path, stack: str, option: str) -> StackConfig:
+    """A stack's validated config for a command that names it with `option`; a stack that
+    cannot be read or is invalid is one ProgramInputError line naming the option."""
+    from components.config.files import ProgramInputError
+
+    try:
+        return load_config(stack_document(program_dir, stack))
+    except ProgramInputError as exc:
+        raise ProgramInputError(f"{option} {stack}: {exc}") from None
+    except ConfigError as exc:
+        path, message = exc.problems[0]
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        raise ProgramInputError(f"{option} {stack}: {path}: {message}{more}") from None

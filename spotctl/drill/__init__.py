@@ -195,7 +195,7 @@ def _cloud(run: CloudRun, dry_run: bool, json_path: Path | None) -> None:
         raise fail(OutputError(str(exc))) from None
     try:
         cloud_drill(run, dry_run, json_path, Console(), program)
-    except CloudRunInputError as exc:
+    except (CloudRunInputError, ProgramInputError) as exc:
         raise fail(OutputError(str(exc))) from None
     except (CloudRunError, PrometheusError) as exc:
         typer.echo(f"cloud drill failed: {exc}", err=True)

@@ -11,9 +11,8 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from components.config import ConfigError, StackConfig, load_config
-from components.config.files import ProgramInputError
-from components.config.loading import stack_document
+from components.config import StackConfig
+from components.config.loading import read_stack
 from spotctl.drill import ledger
 from spotctl.drill.cloud import CloudRunError, FisDrill, GkeDrill, Wait
 from spotctl.drill.config import GKE_PERCENT, CloudRun
@@ -21,18 +20,6 @@ from spotctl.drill.config import GKE_PERCENT, CloudRun
 
 class CloudRunInputError(Exception):
     """A bad input: one line, exit 2."""
-
-
-def read_stack(program: Path, stack: str, option: str = "--cloud-run") -> StackConfig:
-    """The stack's config; a missing or invalid one is one line naming the option."""
-    try:
-        return load_config(stack_document(program, stack))
-    except ProgramInputError as exc:
-        raise CloudRunInputError(f"{option} {stack}: {exc}") from None
-    except ConfigError as exc:
-        path, message = exc.problems[0]
-        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
-        raise CloudRunInputError(f"{option} {stack}: {path}: {message}{more}") from None
 
 
 def _check(run: CloudRun, dry_run: bool) -> None:
@@ -75,7 +62,7 @@ def cloud_drill(
 ) -> dict | None:
     """Dry run: print the plan and touch nothing. Else run the drill and return its report."""
     _check(run, dry_run)
-    settings = read_stack(program, run.stack)
+    settings = read_stack(program, run.stack, "--cloud-run")
     try:
         drill = drill_of(settings, run)
         steps = drill.plan()

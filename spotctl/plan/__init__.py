@@ -244,11 +244,11 @@ def _image(i: Inputs) -> tuple[str, str]:
     if i.stack is None:
         return (i.image, "--image") if i.image else (PULL, "default: a plain pull")
     from components.config.files import ProgramInputError, find_program
-    from spotctl.drill.cloud_run import CloudRunInputError, read_stack
+    from components.config.loading import read_stack
 
     try:
         settings = read_stack(find_program(Path.cwd()), i.stack, "--stack")
-    except (CloudRunInputError, ProgramInputError) as exc:
+    except ProgramInputError as exc:
         raise PlanError(str(exc)) from None
     if settings.cloud != i.cloud:
         raise PlanError(f"--stack {i.stack} is a {settings.cloud} stack, not {i.cloud}")
