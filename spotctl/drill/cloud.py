@@ -77,8 +77,8 @@ class FisDrill:
             client = boto3.client("fis", region_name=settings.region)
         self.client = client
 
-    def template(self) -> dict[str, Any]:
-        """The one template that carries the stack's tags."""
+    def targets(self) -> dict[str, Any]:
+        """The one template that carries the stack's tags: what the drill starts."""
         found, token = [], None
         while True:
             page = self._call(
@@ -105,8 +105,7 @@ class FisDrill:
             raise CloudRunError(f"{len(found)} FIS experiment templates tagged {wanted}: {ids}")
         return found[0]
 
-    def plan(self) -> list[str]:
-        t = self.template()
+    def plan(self, t: dict[str, Any]) -> list[str]:
         return [
             f"start FIS experiment template {t['id']} ({t.get('description', '')}): "
             f"the two-minute spot interruption notice to {self.percent}% of the running spot "
@@ -114,8 +113,7 @@ class FisDrill:
             f"wait for the experiment to end, reading its state every {POLL_S:g} s",
         ]
 
-    def run(self, wait: Wait) -> Interrupted:
-        template = self.template()
+    def run(self, template: dict[str, Any], wait: Wait) -> Interrupted:
         started = self._call(
             "StartExperiment",
             self.client.start_experiment,
@@ -205,7 +203,8 @@ class GkeDrill:
                     break
         return sorted(found, key=lambda node: node[1])
 
-    def chosen(self) -> list[tuple[str, str]]:
+    def targets(self) -> list[tuple[str, str]]:
+        """(zone, name) of the VMs the drill preempts: the first of the running ones by name."""
         nodes = self.nodes()
         if not nodes:
             raise CloudRunError(
@@ -214,8 +213,7 @@ class GkeDrill:
             )
         return nodes[: math.ceil(len(nodes) * self.percent / 100)]
 
-    def plan(self) -> list[str]:
-        nodes = self.chosen()
+    def plan(self, nodes: list[tuple[str, str]]) -> list[str]:
         return [
             f"simulate a host maintenance event (Spot preemption with its notice) on "
             f"{len(nodes)} Spot VM(s) of node pools {', '.join(self.node_pools)} "
@@ -223,8 +221,7 @@ class GkeDrill:
             "wait for each operation to be DONE",
         ]
 
-    def run(self, wait: Wait) -> Interrupted:
-        nodes = self.chosen()
+    def run(self, nodes: list[tuple[str, str]], wait: Wait) -> Interrupted:
         start = time.time()
         operations = [
             (

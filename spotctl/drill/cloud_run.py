@@ -65,7 +65,8 @@ def cloud_drill(
     settings = read_stack(program, run.stack, "--cloud-run")
     try:
         drill = drill_of(settings, run)
-        steps = drill.plan()
+        targets = drill.targets()  # listed once: the plan shows what the run takes
+        steps = drill.plan(targets)
     except CloudRunError as exc:
         raise CloudRunInputError(str(exc)) from None
     if dry_run:
@@ -86,7 +87,7 @@ def cloud_drill(
             console.print(f"{len(steps) + 3}. write the report to {json_path}")
         return None
     console.print(f"cloud drill of stack {run.stack}: {steps[0]}")
-    interrupted = drill.run(wait)
+    interrupted = drill.run(targets, wait)
     console.print(f"interruptions sent; waiting {run.recovery_s:g} s for the runs to recover")
     end = interrupted.ended_at + run.recovery_s
     wait(max(0.0, end - time.time()))

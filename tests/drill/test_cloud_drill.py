@@ -332,6 +332,7 @@ class FakeCompute(BaseHTTPRequestHandler):
 
     token = "ya29.drill"
     vms: dict[str, dict] = {}
+    listed: list[str] = []
     simulated: list[str] = []
     filter_term = re.compile(r'\((labels\.[a-z0-9_-]+|status) = "([^"]*)"\)')
 
@@ -399,6 +400,7 @@ class FakeCompute(BaseHTTPRequestHandler):
             self._error(404, "unknown method")
             return
         query = parse_qs(url.query).get("filter", [""])[0]
+        self.listed.append(query)
         terms = self.filter_term.findall(query)
         if not terms or self.filter_term.sub("", query).strip():
             self._error(400, f"Invalid value for field 'filter': '{query}'")
@@ -452,7 +454,7 @@ def compute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCom
             vm("gke-c-other-1", "h100-80gb-spot-a3-highgpu-8g"),
         )
     }
-    FakeCompute.simulated = []
+    FakeCompute.listed, FakeCompute.simulated = [], []
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeCompute)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}"
@@ -498,10 +500,15 @@ def test_a_gke_drill_preempts_half_the_class_running_spot_vms(
 
     url, _ = prometheus
     out = tmp_path / "gke.json"
+    compute.listed.clear()
     report = cloud_drill(
         CloudRun("gcp-prod", url, RECOVERY_S), False, out, Console(quiet=True), REPO_ROOT, no_wait
     )
     assert compute.simulated == ["gke-c-node-1", "gke-c-node-2"]
+    # The VMs are listed once, for the plan it prints and the run alike: a second listing
+    # could hit other VMs than the ones it named.
+    pools = GCP_PROD.gpu_classes[0].instance_types
+    assert len(compute.listed) == len(pools)
     zone = GCP_PROD.zones[0]
     assert report["config"]["target"] == {"nodes": [f"{zone}/gke-c-node-1", f"{zone}/gke-c-node-2"]}
     assert set(report["goodput"]["jobs"]) == {"vision/llama", "language/bert"}
@@ -539,6 +546,7 @@ def test_an_experiment_that_fails_is_reported_in_one_line() -> None:
             {"id": "EXP1"},
         )
         with pytest.raises(CloudRunError) as failed:
-            FisDrill(PROD, "prod", client).run(no_wait)
+            drill = FisDrill(PROD, "prod", client)
+            drill.run(drill.targets(), no_wait)
         stub.assert_no_pending_responses()
     assert str(failed.value) == "FIS experiment EXP1 ended failed: Target resolution failed"
