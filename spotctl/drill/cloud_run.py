@@ -65,10 +65,10 @@ def cloud_drill(
     settings = read_stack(program, run.stack, "--cloud-run")
     try:
         drill = drill_of(settings, run)
-        targets = drill.targets()  # listed once: the plan shows what the run takes
-        steps = drill.plan(targets)
-    except CloudRunError as exc:
+    except CloudRunError as exc:  # the stack's settings or the options: bad input
         raise CloudRunInputError(str(exc)) from None
+    targets = drill.targets()  # listed once: the plan shows what the run takes
+    steps = drill.plan(targets)
     if dry_run:
         console.print(f"[bold]cloud drill of stack {run.stack} ({settings.cloud})[/bold]")
         for number, step in enumerate(steps, 1):

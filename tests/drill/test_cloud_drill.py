@@ -514,6 +514,27 @@ def test_a_gke_drill_preempts_half_the_class_running_spot_vms(
     assert set(report["goodput"]["jobs"]) == {"vision/llama", "language/bert"}
 
 
+def test_a_cloud_that_fails_the_plan_exits_1_not_as_bad_input(
+    compute: type[FakeCompute], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing the targets asks the cloud: its failure is the cloud's (exit 1), as in the run."""
+    for vm in compute.vms.values():
+        vm["status"] = "TERMINATED"
+    result = CliRunner().invoke(app, ["drill", "--cloud-run", "gcp-prod", "--dry-run"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("cloud drill failed: no running Spot VM in node pools")
+    assert len(result.output.strip().splitlines()) == 1
+
+    # The Compute API out of reach: nothing listens there.
+    monkeypatch.setenv(
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE", f"http://127.0.0.1:{free_port()}/"
+    )
+    result = CliRunner().invoke(app, ["drill", "--cloud-run", "gcp-prod", "--dry-run"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("cloud drill failed: Compute API projects/")
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_an_experiment_that_fails_is_reported_in_one_line() -> None:
     """moto's FIS always completes; a failed experiment comes from botocore's Stubber, which
     checks each request and answer against FIS's service model."""
