@@ -60,7 +60,9 @@ def cloud_drill(
     program: Path,
     wait: Wait = time.sleep,
 ) -> dict | None:
-    """Dry run: print the plan and touch nothing. Else run the drill and return its report."""
+    """Dry run: print the plan and touch nothing. Else run the drill and return its report; a
+    run not training again at the window's end fails the drill (CloudRunError) once the report
+    is written."""
     _check(run, dry_run)
     settings = read_stack(program, run.stack, "--cloud-run")
     try:
@@ -111,4 +113,7 @@ def cloud_drill(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         console.print(f"report: {json_path}")
+    stalled = [job["name"] for job in report["jobs"] if not job["recovered"]]
+    if stalled:
+        raise CloudRunError(f"not training again at the window's end: {', '.join(stalled)}")
     return report

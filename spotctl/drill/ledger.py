@@ -39,7 +39,8 @@ NOT_MEASURED = {
 
 
 class PrometheusError(Exception):
-    """Prometheus could not answer; the message says why, in one line."""
+    """Prometheus could not answer, or its answer holds no training run; the message says why,
+    in one line."""
 
 
 def _window_sum(metric: str, by: str, window: str) -> str:
@@ -173,6 +174,12 @@ def read(prometheus: Prometheus, start: float, end: float) -> tuple[dict[str, di
             series["values"], start, end, step
         )
     sent["training (range)"] = f"{TRAINING} from {start:.0f} to {end:.0f} every {step:g} s"
+    if not runs:  # a report of no runs would pass for a drill that lost none
+        raise PrometheusError(
+            f"Prometheus at {prometheus.url}: no training run in the goodput ledger from "
+            f"{iso(start)} to {iso(end)}: is it the cluster's Prometheus, and do runs train on "
+            "the class?"
+        )
     return runs, sent
 
 

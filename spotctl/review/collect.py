@@ -369,7 +369,9 @@ def review_drills(review: Review, directory: Path | None) -> None:
             "goodput": goodput,
         }
         rows.append(row)
-        if cloud and row["finished"] < row["jobs"]:
+        if cloud and not row["jobs"]:
+            review.flags.append(f"drill {row['report']}: no training run in its window")
+        elif cloud and row["finished"] < row["jobs"]:
             review.flags.append(f"drill {row['report']}: a run was not training again at its end")
         elif not cloud and (row["finished"] < row["jobs"] or not row["weights_match"]):
             review.flags.append(f"drill {row['report']}: a job did not recover exactly")

@@ -278,6 +278,44 @@ def test_an_eks_drill_starts_the_stacks_template_and_reports_the_ledger(
     out.write_text(json.dumps(report))
     review_drills(review, tmp_path / "drills")
     assert any("cloud/2026-11-02.json: a run was not training again" in f for f in review.flags)
+    # A report of no runs is no drill passed: it is flagged, not counted as all recovered.
+    out.write_text(json.dumps({**report, "jobs": []}))
+    review = Review("2026Q4", date.today())
+    review_drills(review, tmp_path / "drills")
+    assert "drill cloud/2026-11-02.json: no training run in its window" in review.flags
+
+
+def test_a_run_not_training_at_the_windows_end_fails_the_drill_after_its_report(
+    prometheus, prod_template: str, tmp_path: Path
+) -> None:
+    """A window that ends while vision/llama is between its pods (t0+60 to t0+300)."""
+    from spotctl.drill.cloud import CloudRunError
+
+    url, _ = prometheus
+    out = tmp_path / "short.json"
+    run = CloudRun("prod", url, 120.0)
+    with pytest.raises(CloudRunError) as failed:
+        cloud_drill(run, False, out, Console(quiet=True), REPO_ROOT, wait=no_wait)
+    assert str(failed.value) == "not training again at the window's end: vision/llama"
+    report = json.loads(out.read_text())
+    assert {j["name"]: j["recovered"] for j in report["jobs"]} == {
+        "vision/llama": False,
+        "language/bert": True,
+    }
+
+
+def test_a_window_with_no_training_run_is_an_error_not_an_empty_report(prometheus) -> None:
+    """A Prometheus that holds no run's ledger over the window (a wrong URL, nothing training
+    on the class): here the hours before the backfilled ledger begins."""
+    from spotctl.drill import ledger
+
+    url, t0 = prometheus
+    with pytest.raises(ledger.PrometheusError) as failed:
+        ledger.read(ledger.Prometheus(url), t0 - 7200, t0 - 5400)
+    assert str(failed.value).startswith(
+        f"Prometheus at {url}: no training run in the goodput ledger from "
+        f"{ledger.iso(t0 - 7200)} to {ledger.iso(t0 - 5400)}"
+    )
 
 
 def _refuse(name: str) -> None:
