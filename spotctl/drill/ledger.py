@@ -123,15 +123,16 @@ def _value(sample: dict) -> float:
 
 
 def _longest_stall(values: list[list], start: float, end: float, step: float) -> tuple[float, bool]:
-    """The longest time a run's processes did not train, and whether it trains at the end. A
-    point with no value (no process of the run was there) is time not training."""
-    training = {round(float(t), 3): float(rate) >= TRAINING_THRESHOLD for t, rate in values}
-    grid = [round(start + k * step, 3) for k in range(int((end - start) // step) + 1)]
-    longest = current = 0.0
-    for t in grid:
-        current = 0.0 if training.get(t) else current + step
-        longest = max(longest, current)
-    return longest, bool(training.get(grid[-1]))
+    """The longest time a run's processes did not train, and whether it trains at the end. Each
+    point stands for the step from its timestamp on, as Prometheus returns it (its own grid: the
+    step it uses is truncated to whole milliseconds); time without a training point (no process
+    of the run was there, or it did not step) is time not training."""
+    longest, trained_until = 0.0, start
+    for t, rate in values:
+        if float(rate) >= TRAINING_THRESHOLD:
+            longest = max(longest, float(t) - trained_until)
+            trained_until = float(t) + step
+    return max(longest, end - trained_until), trained_until > end
 
 
 def read(prometheus: Prometheus, start: float, end: float) -> tuple[dict[str, dict], dict]:
@@ -168,10 +169,12 @@ def read(prometheus: Prometheus, start: float, end: float) -> tuple[dict[str, di
     for sample in prometheus.query(sent["lost_steps"], end):
         run(sample["metric"])["lost_steps"] += round(_value(sample))
     step = max(TRAINING_STEP_S, (end - start) / 1000)
-    for series in prometheus.query_range(TRAINING, start, end, step):
+    # Prometheus reads the window's edges to the millisecond: its points start at start's.
+    edges = round(start, 3), round(end, 3)
+    for series in prometheus.query_range(TRAINING, *edges, step):
         entry = run(series["metric"])
         entry["longest_stall_s"], entry["training_at_end"] = _longest_stall(
-            series["values"], start, end, step
+            series["values"], *edges, step
         )
     sent["training (range)"] = f"{TRAINING} from {start:.0f} to {end:.0f} every {step:g} s"
     if not runs:  # a report of no runs would pass for a drill that lost none

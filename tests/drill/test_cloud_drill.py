@@ -304,6 +304,26 @@ def test_a_run_not_training_at_the_windows_end_fails_the_drill_after_its_report(
     }
 
 
+def test_stalls_follow_the_points_prometheus_returns_when_the_step_is_not_whole_ms(
+    prometheus,
+) -> None:
+    """A window over 15000 s has a step of a thousandth of it (here 15.80025 s), which Prometheus
+    truncates to whole milliseconds (15.8 s): its points drift off a grid rebuilt from the step
+    asked for. Both runs train at the window's end; before the ledger begins, none trained."""
+    from spotctl.drill import ledger
+
+    url, t0 = prometheus
+    start, end = t0 - 14000.25, t0 + 1800
+    runs, sent = ledger.read(ledger.Prometheus(url), start, end)
+    assert sent["training (range)"].endswith("every 15.8003 s")
+    assert {name: r["training_at_end"] for name, r in runs.items()} == {
+        "vision/llama": True,
+        "language/bert": True,
+    }
+    for r in runs.values():
+        assert r["longest_stall_s"] == pytest.approx(t0 - 900 - start, abs=2 * 15.8)
+
+
 def test_a_window_with_no_training_run_is_an_error_not_an_empty_report(prometheus) -> None:
     """A Prometheus that holds no run's ledger over the window (a wrong URL, nothing training
     on the class): here the hours before the backfilled ledger begins."""
