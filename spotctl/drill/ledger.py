@@ -19,7 +19,7 @@ from typing import Any
 
 from spotsafe.goodput import CAUSES, LOST_WORK
 
-from spotctl.drill.accounting import ACCOUNTS
+from spotctl.drill.accounting import ACCOUNTS, Account
 
 TRAINING_STEP_S = 15.0
 """Resolution of the training timeline (query_range's step)."""
@@ -194,19 +194,12 @@ def report(
     runs: dict[str, dict], sent: dict, start: float, end: float, cloud_run: dict[str, Any]
 ) -> dict:
     """The local drill's report shape (spotctl.drill.report.build) from the runs' ledgers."""
-    jobs = {}
-    for name, r in sorted(runs.items()):
-        run_s = r["goodput_s"] + sum(r["badput_s"].values())
-        jobs[name] = {
-            "ratio": r["goodput_s"] / run_s if run_s > 0 else 0.0,
-            "goodput_s": r["goodput_s"],
-            "run_s": run_s,
-            "badput_s": r["badput_s"],
-        }
-    goodput_s = sum(j["goodput_s"] for j in jobs.values())
-    run_s = sum(j["run_s"] for j in jobs.values())
-    badput = {c: sum(j["badput_s"][c] for j in jobs.values()) for c in ACCOUNTS}
-    ratio = goodput_s / run_s if run_s > 0 else 0.0
+    accounts = {name: Account(r["goodput_s"], r["badput_s"]) for name, r in sorted(runs.items())}
+    total = Account()
+    for account in accounts.values():
+        total.add(account)
+    goodput = total.to_json("run_s")
+    ratio, run_s, badput = goodput["ratio"], goodput["run_s"], goodput["badput_s"]
     lost = sum(r["lost_steps"] for r in runs.values())
     recovered = [name for name, r in runs.items() if r["training_at_end"]]
     return {
@@ -248,11 +241,8 @@ def report(
         "events": [],
         "stockout": None,
         "goodput": {
-            "ratio": ratio,
-            "goodput_s": goodput_s,
-            "run_s": run_s,
-            "badput_s": badput,
-            "jobs": jobs,
+            **goodput,
+            "jobs": {name: account.to_json("run_s") for name, account in accounts.items()},
             "lost_steps": lost,
         },
         "baseline": None,
