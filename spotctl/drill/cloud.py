@@ -165,7 +165,7 @@ class GkeDrill:
             raise CloudRunError(f"--percent must be within 1..100, not {percent}")
         pool = spot_pool(settings, gpu_class)
         self.node_pools = [class_pool_name(pool, machine) for machine in pool.instance_types]
-        self.cluster = (settings.gcp.cluster.create or settings.gcp.cluster.existing).name
+        self.cluster = settings.gcp.cluster.name
         self.project = settings.gcp.project
         self.percent = percent
         self.api = os.environ.get(COMPUTE_ENDPOINT_ENV, COMPUTE_API).rstrip("/") + "/"

@@ -495,7 +495,7 @@ def compute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCom
     """Three running Spot VMs of the first class's pool, one stopped, one of another class."""
     gpu_class = GCP_PROD.gpu_classes[0]
     pool = f"{gpu_class.name}-spot-{gpu_class.instance_types[0]}"
-    cluster = (GCP_PROD.gcp.cluster.create or GCP_PROD.gcp.cluster.existing).name
+    cluster = GCP_PROD.gcp.cluster.name
     zone = GCP_PROD.zones[0]
 
     def vm(name: str, node_pool: str, status: str = "RUNNING") -> dict:
