@@ -21,7 +21,7 @@ from typing import Any
 from components.aws.drill import DRILL_TAG
 from components.config import StackConfig
 from components.gcp.nodepools import class_pool_name
-from components.pools import class_pools
+from components.pools import spot_pool
 
 POLL_S = 10.0
 """Seconds between two reads of an experiment's state."""
@@ -48,15 +48,6 @@ class Interrupted:
     target: dict[str, Any]
 
 
-def spot_pool(settings: StackConfig, gpu_class: str):
-    """The spot pool of one of the stack's classes; CloudRunError names the classes there are."""
-    pools = [p for p in class_pools(settings) if p.capacity == "spot" and p.gpu_class == gpu_class]
-    if not pools:
-        known = ", ".join(c.name for c in settings.gpu_classes)
-        raise CloudRunError(f"--gpu-class {gpu_class!r} is not a class of the stack ({known})")
-    return pools[0]
-
-
 class FisDrill:
     """The stack's experiment template: spot interruption notices to a share of one class's spot
     nodes, as aws.spot_drill configures it."""
@@ -68,7 +59,7 @@ class FisDrill:
                 f"stack {stack} sets no aws.spot_drill: its experiment template is opt-in "
                 "(docs/operations.md)"
             )
-        self.pool = spot_pool(settings, drill.gpu_class).name
+        self.pool = spot_pool(settings, drill.gpu_class).name  # the config names one of its classes
         self.tags = {"env": settings.environment, DRILL_TAG: self.pool}
         self.percent = drill.percent
         if client is None:
@@ -164,6 +155,9 @@ class GkeDrill:
         if not 1 <= percent <= 100:
             raise CloudRunError(f"--percent must be within 1..100, not {percent}")
         pool = spot_pool(settings, gpu_class)
+        if pool is None:
+            known = ", ".join(c.name for c in settings.gpu_classes)
+            raise CloudRunError(f"--gpu-class {gpu_class!r} is not a class of the stack ({known})")
         self.node_pools = [class_pool_name(pool, machine) for machine in pool.instance_types]
         self.cluster = settings.gcp.cluster.name
         self.project = settings.gcp.project
