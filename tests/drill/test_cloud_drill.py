@@ -356,6 +356,20 @@ def test_a_dry_run_names_the_template_and_the_queries_and_starts_nothing(
     assert experiments(prod_template) == before
 
 
+def test_the_stack_is_read_from_program_outside_the_project(
+    prod_template: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a Pulumi project the stack needs --program, which the error names."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["drill", "--cloud-run", "prod", "--dry-run"])
+    assert result.exit_code == 2 and "pass --program" in result.output
+    result = CliRunner().invoke(
+        app, ["drill", "--cloud-run", "prod", "--dry-run", "--program", str(REPO_ROOT)]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"start FIS experiment template {prod_template}" in result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
