@@ -133,6 +133,13 @@ def class_pools(config: StackConfig) -> list[ClassPool]:
     return pools
 
 
+def spot_pool(config: StackConfig, gpu_class: str) -> ClassPool | None:
+    """The spot pool of the GPU class of that name; None where the stack has no such class."""
+    return next(
+        (p for p in class_pools(config) if p.gpu_class == gpu_class and p.capacity == "spot"), None
+    )
+
+
 def pool_specs(config: StackConfig) -> list[PoolSpec]:
     """The fixed node groups (stable, then buffer if configured). A GPU buffer joins the class of
     its accelerator, so training of that class runs on it when it is free (by night)."""

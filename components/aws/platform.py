@@ -43,7 +43,7 @@ from components.config.aws import quota_field
 from components.config.capacity import creation_problems, starting_gpu_vcpus
 from components.k8s import monitoring
 from components.platform import Platform
-from components.pools import CAPACITIES, class_pools, pool_specs
+from components.pools import CAPACITIES, class_pools, pool_specs, spot_pool
 from components.tags import cost_tags
 from components.versions import KUBERNETES_RELEASES
 
@@ -236,11 +236,7 @@ def build_aws(settings: StackConfig) -> Platform:
     )
     if aws_config.spot_drill is not None:
         drill = aws_config.spot_drill
-        (pool,) = [
-            p
-            for p in class_pools(settings)
-            if p.gpu_class == drill.gpu_class and p.capacity == "spot"
-        ]
+        pool = spot_pool(settings, drill.gpu_class)  # the config names one of its classes
         spot_drill = SpotDrill(
             f"{env}-spot-drill",
             SpotDrillArgs(

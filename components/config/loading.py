@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from components.config.capacity import capacity_problems
 from components.config.document import decode_values, document_problems
-from components.config.files import load_project, program_config
+from components.config.files import ProgramInputError, load_project, program_config
 from components.config.gcp import environment_problem
 from components.config.stack import StackConfig
 
@@ -108,3 +108,16 @@ def _message(err: dict[str, Any]) -> str:
     if err["type"] == "string_pattern_mismatch":
         return f"{err['input']!r} does not match {err['ctx']['pattern']}"
     return message
+
+
+def read_stack(program_dir: Path, stack: str, option: str) -> StackConfig:
+    """A stack's validated config for a command that names it with `option`; a stack that
+    cannot be read or is invalid is one ProgramInputError line naming the option."""
+    try:
+        return load_config(stack_document(program_dir, stack))
+    except ProgramInputError as exc:
+        raise ProgramInputError(f"{option} {stack}: {exc}") from None
+    except ConfigError as exc:
+        path, message = exc.problems[0]
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        raise ProgramInputError(f"{option} {stack}: {path}: {message}{more}") from None

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from spotctl.drill.config import GKE_PERCENT, RECOVERY_S, CloudRun, DrillConfig, Prices
+from spotctl.options import ProgramOption
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail, output_file
 
 D = DrillConfig
@@ -108,6 +109,7 @@ def command(
         int | None,
         typer.Option(help=f"--cloud-run on GKE: share of them, in % (default {GKE_PERCENT})."),
     ] = None,
+    program: ProgramOption = None,
 ) -> None:
     """Run training jobs on an emulated spot pool, preempt them, and measure the recovery; with
     --cloud-run, take a deployed stack's spot nodes away and report from its goodput ledger."""
@@ -117,7 +119,7 @@ def command(
 
     if cloud_run is not None:
         run = CloudRun(cloud_run, prometheus, recovery_s, gpu_class, percent)
-        _cloud(run, dry_run, json_path)
+        _cloud(run, dry_run, json_path, program)
         return
     if dry_run:
         raise fail(OutputError("--dry-run goes with --cloud-run: the local drill touches no cloud"))
@@ -178,7 +180,7 @@ def command(
         raise typer.Exit(1)
 
 
-def _cloud(run: CloudRun, dry_run: bool, json_path: Path | None) -> None:
+def _cloud(run: CloudRun, dry_run: bool, json_path: Path | None, program: Path | None) -> None:
     """The cloud drill: a bad input is one line and exit 2, a cloud that fails it exit 1."""
     from rich.console import Console
 
@@ -190,12 +192,12 @@ def _cloud(run: CloudRun, dry_run: bool, json_path: Path | None) -> None:
     try:
         if json_path is not None:
             output_file(json_path, "--json")
-        program = find_program(Path.cwd())
+        program = program or find_program(Path.cwd())
     except (OutputError, ProgramInputError) as exc:
         raise fail(OutputError(str(exc))) from None
     try:
         cloud_drill(run, dry_run, json_path, Console(), program)
-    except CloudRunInputError as exc:
+    except (CloudRunInputError, ProgramInputError) as exc:
         raise fail(OutputError(str(exc))) from None
     except (CloudRunError, PrometheusError) as exc:
         typer.echo(f"cloud drill failed: {exc}", err=True)

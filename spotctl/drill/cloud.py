@@ -21,7 +21,7 @@ from typing import Any
 from components.aws.drill import DRILL_TAG
 from components.config import StackConfig
 from components.gcp.nodepools import class_pool_name
-from components.pools import class_pools
+from components.pools import spot_pool
 
 POLL_S = 10.0
 """Seconds between two reads of an experiment's state."""
@@ -48,15 +48,6 @@ class Interrupted:
     target: dict[str, Any]
 
 
-def spot_pool(settings: StackConfig, gpu_class: str):
-    """The spot pool of one of the stack's classes; CloudRunError names the classes there are."""
-    pools = [p for p in class_pools(settings) if p.capacity == "spot" and p.gpu_class == gpu_class]
-    if not pools:
-        known = ", ".join(c.name for c in settings.gpu_classes)
-        raise CloudRunError(f"--gpu-class {gpu_class!r} is not a class of the stack ({known})")
-    return pools[0]
-
-
 class FisDrill:
     """The stack's experiment template: spot interruption notices to a share of one class's spot
     nodes, as aws.spot_drill configures it."""
@@ -68,7 +59,7 @@ class FisDrill:
                 f"stack {stack} sets no aws.spot_drill: its experiment template is opt-in "
                 "(docs/operations.md)"
             )
-        self.pool = spot_pool(settings, drill.gpu_class).name
+        self.pool = spot_pool(settings, drill.gpu_class).name  # the config names one of its classes
         self.tags = {"env": settings.environment, DRILL_TAG: self.pool}
         self.percent = drill.percent
         if client is None:
@@ -77,8 +68,8 @@ class FisDrill:
             client = boto3.client("fis", region_name=settings.region)
         self.client = client
 
-    def template(self) -> dict[str, Any]:
-        """The one template that carries the stack's tags."""
+    def targets(self) -> dict[str, Any]:
+        """The one template that carries the stack's tags: what the drill starts."""
         found, token = [], None
         while True:
             page = self._call(
@@ -105,8 +96,7 @@ class FisDrill:
             raise CloudRunError(f"{len(found)} FIS experiment templates tagged {wanted}: {ids}")
         return found[0]
 
-    def plan(self) -> list[str]:
-        t = self.template()
+    def plan(self, t: dict[str, Any]) -> list[str]:
         return [
             f"start FIS experiment template {t['id']} ({t.get('description', '')}): "
             f"the two-minute spot interruption notice to {self.percent}% of the running spot "
@@ -114,8 +104,7 @@ class FisDrill:
             f"wait for the experiment to end, reading its state every {POLL_S:g} s",
         ]
 
-    def run(self, wait: Wait) -> Interrupted:
-        template = self.template()
+    def run(self, template: dict[str, Any], wait: Wait) -> Interrupted:
         started = self._call(
             "StartExperiment",
             self.client.start_experiment,
@@ -166,8 +155,11 @@ class GkeDrill:
         if not 1 <= percent <= 100:
             raise CloudRunError(f"--percent must be within 1..100, not {percent}")
         pool = spot_pool(settings, gpu_class)
+        if pool is None:
+            known = ", ".join(c.name for c in settings.gpu_classes)
+            raise CloudRunError(f"--gpu-class {gpu_class!r} is not a class of the stack ({known})")
         self.node_pools = [class_pool_name(pool, machine) for machine in pool.instance_types]
-        self.cluster = (settings.gcp.cluster.create or settings.gcp.cluster.existing).name
+        self.cluster = settings.gcp.cluster.name
         self.project = settings.gcp.project
         self.percent = percent
         self.api = os.environ.get(COMPUTE_ENDPOINT_ENV, COMPUTE_API).rstrip("/") + "/"
@@ -205,7 +197,8 @@ class GkeDrill:
                     break
         return sorted(found, key=lambda node: node[1])
 
-    def chosen(self) -> list[tuple[str, str]]:
+    def targets(self) -> list[tuple[str, str]]:
+        """(zone, name) of the VMs the drill preempts: the first of the running ones by name."""
         nodes = self.nodes()
         if not nodes:
             raise CloudRunError(
@@ -214,8 +207,7 @@ class GkeDrill:
             )
         return nodes[: math.ceil(len(nodes) * self.percent / 100)]
 
-    def plan(self) -> list[str]:
-        nodes = self.chosen()
+    def plan(self, nodes: list[tuple[str, str]]) -> list[str]:
         return [
             f"simulate a host maintenance event (Spot preemption with its notice) on "
             f"{len(nodes)} Spot VM(s) of node pools {', '.join(self.node_pools)} "
@@ -223,8 +215,7 @@ class GkeDrill:
             "wait for each operation to be DONE",
         ]
 
-    def run(self, wait: Wait) -> Interrupted:
-        nodes = self.chosen()
+    def run(self, nodes: list[tuple[str, str]], wait: Wait) -> Interrupted:
         start = time.time()
         operations = [
             (

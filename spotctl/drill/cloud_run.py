@@ -11,9 +11,8 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from components.config import ConfigError, StackConfig, load_config
-from components.config.files import ProgramInputError
-from components.config.loading import stack_document
+from components.config import StackConfig
+from components.config.loading import read_stack
 from spotctl.drill import ledger
 from spotctl.drill.cloud import CloudRunError, FisDrill, GkeDrill, Wait
 from spotctl.drill.config import GKE_PERCENT, CloudRun
@@ -21,18 +20,6 @@ from spotctl.drill.config import GKE_PERCENT, CloudRun
 
 class CloudRunInputError(Exception):
     """A bad input: one line, exit 2."""
-
-
-def read_stack(program: Path, stack: str, option: str = "--cloud-run") -> StackConfig:
-    """The stack's config; a missing or invalid one is one line naming the option."""
-    try:
-        return load_config(stack_document(program, stack))
-    except ProgramInputError as exc:
-        raise CloudRunInputError(f"{option} {stack}: {exc}") from None
-    except ConfigError as exc:
-        path, message = exc.problems[0]
-        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
-        raise CloudRunInputError(f"{option} {stack}: {path}: {message}{more}") from None
 
 
 def _check(run: CloudRun, dry_run: bool) -> None:
@@ -73,14 +60,17 @@ def cloud_drill(
     program: Path,
     wait: Wait = time.sleep,
 ) -> dict | None:
-    """Dry run: print the plan and touch nothing. Else run the drill and return its report."""
+    """Dry run: print the plan and touch nothing. Else run the drill and return its report; a
+    run not training again at the window's end fails the drill (CloudRunError) once the report
+    is written."""
     _check(run, dry_run)
-    settings = read_stack(program, run.stack)
+    settings = read_stack(program, run.stack, "--cloud-run")
     try:
         drill = drill_of(settings, run)
-        steps = drill.plan()
-    except CloudRunError as exc:
+    except CloudRunError as exc:  # the stack's settings or the options: bad input
         raise CloudRunInputError(str(exc)) from None
+    targets = drill.targets()  # listed once: the plan shows what the run takes
+    steps = drill.plan(targets)
     if dry_run:
         console.print(f"[bold]cloud drill of stack {run.stack} ({settings.cloud})[/bold]")
         for number, step in enumerate(steps, 1):
@@ -99,7 +89,7 @@ def cloud_drill(
             console.print(f"{len(steps) + 3}. write the report to {json_path}")
         return None
     console.print(f"cloud drill of stack {run.stack}: {steps[0]}")
-    interrupted = drill.run(wait)
+    interrupted = drill.run(targets, wait)
     console.print(f"interruptions sent; waiting {run.recovery_s:g} s for the runs to recover")
     end = interrupted.ended_at + run.recovery_s
     wait(max(0.0, end - time.time()))
@@ -123,4 +113,7 @@ def cloud_drill(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         console.print(f"report: {json_path}")
+    stalled = [job["name"] for job in report["jobs"] if not job["recovered"]]
+    if stalled:
+        raise CloudRunError(f"not training again at the window's end: {', '.join(stalled)}")
     return report

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 CLOUD_SECONDS_PER_DRILL_SECOND = 60.0
 """The drill's time scale: its pods start in about 3 s where a GPU node and its pod take about
-3 minutes on the cloud (the planner's node start, 180 s)."""
+3 minutes on the cloud (the planner's default node start, `NodeStart().total_s` in
+spotctl/plan/node_start.py)."""
 SEED_MANUAL_RECOVERY_S = 40 * 60.0
 """Recovery after a recall by hand, without the platform: about 40 minutes (the seed's case)."""
 RECOVERY_S = 1800.0

@@ -19,7 +19,7 @@ from typing import Any
 
 from spotsafe.goodput import CAUSES, LOST_WORK
 
-from spotctl.drill.accounting import ACCOUNTS
+from spotctl.drill.accounting import ACCOUNTS, Account
 
 TRAINING_STEP_S = 15.0
 """Resolution of the training timeline (query_range's step)."""
@@ -39,7 +39,8 @@ NOT_MEASURED = {
 
 
 class PrometheusError(Exception):
-    """Prometheus could not answer; the message says why, in one line."""
+    """Prometheus could not answer, or its answer holds no training run; the message says why,
+    in one line."""
 
 
 def _window_sum(metric: str, by: str, window: str) -> str:
@@ -122,15 +123,16 @@ def _value(sample: dict) -> float:
 
 
 def _longest_stall(values: list[list], start: float, end: float, step: float) -> tuple[float, bool]:
-    """The longest time a run's processes did not train, and whether it trains at the end. A
-    point with no value (no process of the run was there) is time not training."""
-    training = {round(float(t), 3): float(rate) >= TRAINING_THRESHOLD for t, rate in values}
-    grid = [round(start + k * step, 3) for k in range(int((end - start) // step) + 1)]
-    longest = current = 0.0
-    for t in grid:
-        current = 0.0 if training.get(t) else current + step
-        longest = max(longest, current)
-    return longest, bool(training.get(grid[-1]))
+    """The longest time a run's processes did not train, and whether it trains at the end. Each
+    point stands for the step from its timestamp on, as Prometheus returns it (its own grid: the
+    step it uses is truncated to whole milliseconds); time without a training point (no process
+    of the run was there, or it did not step) is time not training."""
+    longest, trained_until = 0.0, start
+    for t, rate in values:
+        if float(rate) >= TRAINING_THRESHOLD:
+            longest = max(longest, float(t) - trained_until)
+            trained_until = float(t) + step
+    return max(longest, end - trained_until), trained_until > end
 
 
 def read(prometheus: Prometheus, start: float, end: float) -> tuple[dict[str, dict], dict]:
@@ -167,12 +169,20 @@ def read(prometheus: Prometheus, start: float, end: float) -> tuple[dict[str, di
     for sample in prometheus.query(sent["lost_steps"], end):
         run(sample["metric"])["lost_steps"] += round(_value(sample))
     step = max(TRAINING_STEP_S, (end - start) / 1000)
-    for series in prometheus.query_range(TRAINING, start, end, step):
+    # Prometheus reads the window's edges to the millisecond: its points start at start's.
+    edges = round(start, 3), round(end, 3)
+    for series in prometheus.query_range(TRAINING, *edges, step):
         entry = run(series["metric"])
         entry["longest_stall_s"], entry["training_at_end"] = _longest_stall(
-            series["values"], start, end, step
+            series["values"], *edges, step
         )
     sent["training (range)"] = f"{TRAINING} from {start:.0f} to {end:.0f} every {step:g} s"
+    if not runs:  # a report of no runs would pass for a drill that lost none
+        raise PrometheusError(
+            f"Prometheus at {prometheus.url}: no training run in the goodput ledger from "
+            f"{iso(start)} to {iso(end)}: is it the cluster's Prometheus, and do runs train on "
+            "the class?"
+        )
     return runs, sent
 
 
@@ -184,19 +194,12 @@ def report(
     runs: dict[str, dict], sent: dict, start: float, end: float, cloud_run: dict[str, Any]
 ) -> dict:
     """The local drill's report shape (spotctl.drill.report.build) from the runs' ledgers."""
-    jobs = {}
-    for name, r in sorted(runs.items()):
-        run_s = r["goodput_s"] + sum(r["badput_s"].values())
-        jobs[name] = {
-            "ratio": r["goodput_s"] / run_s if run_s > 0 else 0.0,
-            "goodput_s": r["goodput_s"],
-            "run_s": run_s,
-            "badput_s": r["badput_s"],
-        }
-    goodput_s = sum(j["goodput_s"] for j in jobs.values())
-    run_s = sum(j["run_s"] for j in jobs.values())
-    badput = {c: sum(j["badput_s"][c] for j in jobs.values()) for c in ACCOUNTS}
-    ratio = goodput_s / run_s if run_s > 0 else 0.0
+    accounts = {name: Account(r["goodput_s"], r["badput_s"]) for name, r in sorted(runs.items())}
+    total = Account()
+    for account in accounts.values():
+        total.add(account)
+    goodput = total.to_json("run_s")
+    ratio, run_s, badput = goodput["ratio"], goodput["run_s"], goodput["badput_s"]
     lost = sum(r["lost_steps"] for r in runs.values())
     recovered = [name for name, r in runs.items() if r["training_at_end"]]
     return {
@@ -238,11 +241,8 @@ def report(
         "events": [],
         "stockout": None,
         "goodput": {
-            "ratio": ratio,
-            "goodput_s": goodput_s,
-            "run_s": run_s,
-            "badput_s": badput,
-            "jobs": jobs,
+            **goodput,
+            "jobs": {name: account.to_json("run_s") for name, account in accounts.items()},
             "lost_steps": lost,
         },
         "baseline": None,

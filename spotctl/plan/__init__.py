@@ -18,6 +18,7 @@ import typer
 
 from components.config import NOTICE_SECONDS, NoticeWindow
 from spotctl.drill.config import Prices
+from spotctl.options import ProgramOption
 from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
 from spotctl.plan.model import HOUR_S, Scenario, SpotJob, expected, interval_s
@@ -89,6 +90,7 @@ class Inputs:
     image_gb: float | None = None
     image: str | None = None
     stack: str | None = None
+    program: Path | None = None
 
 
 def scenario(i: Inputs) -> Scenario:
@@ -244,11 +246,11 @@ def _image(i: Inputs) -> tuple[str, str]:
     if i.stack is None:
         return (i.image, "--image") if i.image else (PULL, "default: a plain pull")
     from components.config.files import ProgramInputError, find_program
-    from spotctl.drill.cloud_run import CloudRunInputError, read_stack
+    from components.config.loading import read_stack
 
     try:
-        settings = read_stack(find_program(Path.cwd()), i.stack, "--stack")
-    except (CloudRunInputError, ProgramInputError) as exc:
+        settings = read_stack(i.program or find_program(Path.cwd()), i.stack, "--stack")
+    except ProgramInputError as exc:
         raise PlanError(str(exc)) from None
     if settings.cloud != i.cloud:
         raise PlanError(f"--stack {i.stack} is a {settings.cloud} stack, not {i.cloud}")
@@ -359,6 +361,7 @@ def command(
         str | None,
         typer.Option(help="Instead of --image: the stack whose settings say it."),
     ] = None,
+    program: ProgramOption = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the plan as JSON here.")
     ] = None,
@@ -393,6 +396,7 @@ def command(
         image_gb=image_gb,
         image=image,
         stack=stack,
+        program=program,
     )
     try:
         for path, option in ((json_path, "--json"), (png, "--png")):

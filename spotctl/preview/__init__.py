@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from spotctl.options import PolicyPackConfigOption, ProgramOption, StackOption
 from spotctl.preview.resources import (
     PreviewError,
     PreviewResource,
@@ -21,21 +22,6 @@ from spotctl.preview.resources import (
     run_preview,
     waits_for,
 )
-
-# Options shared by the commands that read a stack: --stack and --program (preview, render),
-# --policy-pack-config (preview, review).
-StackOption = Annotated[str, typer.Option("--stack", help="Stack name: stacks/Pulumi.<NAME>.yaml.")]
-ProgramOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--program",
-        help="Directory with Pulumi.yaml (default: the project the current directory is in).",
-    ),
-]
-PolicyPackConfigOption = Annotated[
-    Path | None,
-    typer.Option("--policy-pack-config", help="JSON policy config, as for `pulumi preview`."),
-]
 
 
 def command(

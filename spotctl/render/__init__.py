@@ -28,8 +28,8 @@ import typer
 
 from components.config.files import ProgramInputError, find_program
 from components.versions import KUBERNETES_VERSION
+from spotctl.options import ProgramOption, StackOption
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail
-from spotctl.preview import ProgramOption, StackOption
 from spotctl.preview.resources import PreviewError
 from spotctl.render.manifests import (
     RenderError,

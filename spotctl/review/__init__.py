@@ -19,8 +19,8 @@ from typing import Annotated
 
 import typer
 
+from spotctl.options import PolicyPackConfigOption
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError
-from spotctl.preview import PolicyPackConfigOption
 
 QUARTER = re.compile(r"(\d{4})Q([1-4])")
 

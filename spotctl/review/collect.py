@@ -24,7 +24,7 @@ from spotctl.preview.analyzer import check_preview, read_policy_config
 from spotctl.preview.resources import PreviewResource, preview_program
 from spotctl.review.costs import CostsError, team_costs
 from spotctl.review.headroom import headroom
-from spotctl.review.runbooks import all_runbooks
+from spotctl.review.runbooks import RunbookError, all_runbooks
 
 REPO = Path(__file__).resolve().parents[2]
 END_OF_SUPPORT = REPO / "components" / "end_of_support.yaml"
@@ -34,6 +34,10 @@ ALERT_SOURCES = {
     "aws:cloudwatch/metricAlarm:MetricAlarm": "CloudWatch alarm",
     "gcp:monitoring/alertPolicy:AlertPolicy": "Cloud Monitoring alert policy",
 }
+
+
+SECTIONS = ("stacks", "waivers", "versions", "runbooks", "drills", "costs", "provider_data")
+"""The report's sections, in the order of its findings."""
 
 
 class ReviewError(Exception):
@@ -47,6 +51,11 @@ class Review:
     mandatory: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     sections: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, other: Review) -> None:
+        self.mandatory += other.mandatory
+        self.flags += other.flags
+        self.sections.update(other.sections)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -296,7 +305,10 @@ def _runbook_path(text: str) -> str:
 
 
 def review_runbooks(review: Review, previews: dict[str, list[PreviewResource]]) -> None:
-    runbooks = all_runbooks(REPO / "runbooks")
+    try:
+        runbooks = all_runbooks(REPO / "runbooks")
+    except RunbookError as exc:
+        raise ReviewError(str(exc)) from None
     fresh = []
     for runbook in runbooks:
         age = _days(review.date, runbook.last_reviewed)
@@ -357,7 +369,9 @@ def review_drills(review: Review, directory: Path | None) -> None:
             "goodput": goodput,
         }
         rows.append(row)
-        if cloud and row["finished"] < row["jobs"]:
+        if cloud and not row["jobs"]:
+            review.flags.append(f"drill {row['report']}: no training run in its window")
+        elif cloud and row["finished"] < row["jobs"]:
             review.flags.append(f"drill {row['report']}: a run was not training again at its end")
         elif not cloud and (row["finished"] < row["jobs"] or not row["weights_match"]):
             review.flags.append(f"drill {row['report']}: a job did not recover exactly")
@@ -425,21 +439,15 @@ def _pool_verdict(by_type: dict[str, str | None], bands: list[str]) -> str:
     return "keep"
 
 
-def read_costs(path: Path | None) -> list[dict[str, Any]] | None:
+def review_costs(review: Review, path: Path | None) -> None:
     """Each team's cost for the quarter and its lost work's, from the cluster's recordings."""
     if path is None:
-        return None
+        review.flags.append("no cost report given (--costs)")
+        return
     try:
-        return team_costs(path)
+        review.sections["costs"] = team_costs(path)
     except CostsError as exc:
         raise ReviewError(str(exc)) from None
-
-
-def review_costs(review: Review, costs: list[dict[str, Any]] | None) -> None:
-    if costs is None:
-        review.flags.append("no cost report given (--costs)")
-    else:
-        review.sections["costs"] = costs
 
 
 def collect(
@@ -454,20 +462,25 @@ def collect(
     provider_data: Path | None = None,
     previews: dict[str, list[PreviewResource]] | None = None,
 ) -> Review:
-    review = Review(quarter, day)
-    cost_rows = read_costs(costs)  # a bad file is refused before the minutes of previews
-    policy = read_policy_config(policy_config)  # likewise
     names = stacks(program)
+    found = {section: Review(quarter, day) for section in SECTIONS}
+    # The sections that need no preview first: a bad input file is refused before the minutes
+    # of previews.
+    review_waivers(found["waivers"], pack)
+    review_versions(found["versions"])
+    review_drills(found["drills"], drill_reports)
+    review_costs(found["costs"], costs)
+    policy = read_policy_config(policy_config)
+    data = provider_data or pack / "provider-data.yaml"
+    review_provider_data(found["provider_data"], data, program, names)
     if previews is None:
         with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
             previews = dict(
                 zip(names, pool.map(lambda s: preview_program(program, s), names), strict=True)
             )
-    review_stacks(review, program, pack, policy, previews)
-    review_waivers(review, pack)
-    review_versions(review)
-    review_runbooks(review, previews)
-    review_drills(review, drill_reports)
-    review_costs(review, cost_rows)
-    review_provider_data(review, provider_data or pack / "provider-data.yaml", program, names)
+    review_stacks(found["stacks"], program, pack, policy, previews)
+    review_runbooks(found["runbooks"], previews)
+    review = Review(quarter, day)
+    for section in found.values():
+        review.add(section)
     return review

@@ -18,7 +18,8 @@ FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
 
 
 class RunbookError(Exception):
-    """A runbook that cannot be read as one: no front matter, a bad last_reviewed date."""
+    """A runbook that cannot be read as one: no front matter, front matter that is not YAML, a bad
+    last_reviewed date."""
 
 
 @dataclass
@@ -38,7 +39,13 @@ def load_runbook(path: Path, root: Path = REPO) -> Runbook:
     match = FRONT_MATTER.match(text)
     if not match:
         raise RunbookError(f"{relative}: no front matter (---\\nlast_reviewed: YYYY-MM-DD\\n---)")
-    meta = yaml.safe_load(match.group(1)) or {}
+    try:
+        meta = yaml.safe_load(match.group(1)) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{relative}:{mark.line + 2}" if mark else relative  # line 1 is the first ---
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RunbookError(f"{where}: front matter is not valid YAML: {problem}") from None
     reviewed = meta.get("last_reviewed") if isinstance(meta, dict) else None
     if not isinstance(reviewed, date):
         raise RunbookError(

@@ -278,6 +278,64 @@ def test_an_eks_drill_starts_the_stacks_template_and_reports_the_ledger(
     out.write_text(json.dumps(report))
     review_drills(review, tmp_path / "drills")
     assert any("cloud/2026-11-02.json: a run was not training again" in f for f in review.flags)
+    # A report of no runs is no drill passed: it is flagged, not counted as all recovered.
+    out.write_text(json.dumps({**report, "jobs": []}))
+    review = Review("2026Q4", date.today())
+    review_drills(review, tmp_path / "drills")
+    assert "drill cloud/2026-11-02.json: no training run in its window" in review.flags
+
+
+def test_a_run_not_training_at_the_windows_end_fails_the_drill_after_its_report(
+    prometheus, prod_template: str, tmp_path: Path
+) -> None:
+    """A window that ends while vision/llama is between its pods (t0+60 to t0+300)."""
+    from spotctl.drill.cloud import CloudRunError
+
+    url, _ = prometheus
+    out = tmp_path / "short.json"
+    run = CloudRun("prod", url, 120.0)
+    with pytest.raises(CloudRunError) as failed:
+        cloud_drill(run, False, out, Console(quiet=True), REPO_ROOT, wait=no_wait)
+    assert str(failed.value) == "not training again at the window's end: vision/llama"
+    report = json.loads(out.read_text())
+    assert {j["name"]: j["recovered"] for j in report["jobs"]} == {
+        "vision/llama": False,
+        "language/bert": True,
+    }
+
+
+def test_stalls_follow_the_points_prometheus_returns_when_the_step_is_not_whole_ms(
+    prometheus,
+) -> None:
+    """A window over 15000 s has a step of a thousandth of it (here 15.80025 s), which Prometheus
+    truncates to whole milliseconds (15.8 s): its points drift off a grid rebuilt from the step
+    asked for. Both runs train at the window's end; before the ledger begins, none trained."""
+    from spotctl.drill import ledger
+
+    url, t0 = prometheus
+    start, end = t0 - 14000.25, t0 + 1800
+    runs, sent = ledger.read(ledger.Prometheus(url), start, end)
+    assert sent["training (range)"].endswith("every 15.8003 s")
+    assert {name: r["training_at_end"] for name, r in runs.items()} == {
+        "vision/llama": True,
+        "language/bert": True,
+    }
+    for r in runs.values():
+        assert r["longest_stall_s"] == pytest.approx(t0 - 900 - start, abs=2 * 15.8)
+
+
+def test_a_window_with_no_training_run_is_an_error_not_an_empty_report(prometheus) -> None:
+    """A Prometheus that holds no run's ledger over the window (a wrong URL, nothing training
+    on the class): here the hours before the backfilled ledger begins."""
+    from spotctl.drill import ledger
+
+    url, t0 = prometheus
+    with pytest.raises(ledger.PrometheusError) as failed:
+        ledger.read(ledger.Prometheus(url), t0 - 7200, t0 - 5400)
+    assert str(failed.value).startswith(
+        f"Prometheus at {url}: no training run in the goodput ledger from "
+        f"{ledger.iso(t0 - 7200)} to {ledger.iso(t0 - 5400)}"
+    )
 
 
 def _refuse(name: str) -> None:
@@ -296,6 +354,20 @@ def test_a_dry_run_names_the_template_and_the_queries_and_starts_nothing(
     assert "spotsafe_goodput_seconds_total" in result.output
     assert "namespace_pod_cause:spot_training_pod_badput_seconds" in result.output
     assert experiments(prod_template) == before
+
+
+def test_the_stack_is_read_from_program_outside_the_project(
+    prod_template: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a Pulumi project the stack needs --program, which the error names."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["drill", "--cloud-run", "prod", "--dry-run"])
+    assert result.exit_code == 2 and "pass --program" in result.output
+    result = CliRunner().invoke(
+        app, ["drill", "--cloud-run", "prod", "--dry-run", "--program", str(REPO_ROOT)]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"start FIS experiment template {prod_template}" in result.output
 
 
 @pytest.mark.parametrize(
@@ -332,6 +404,7 @@ class FakeCompute(BaseHTTPRequestHandler):
 
     token = "ya29.drill"
     vms: dict[str, dict] = {}
+    listed: list[str] = []
     simulated: list[str] = []
     filter_term = re.compile(r'\((labels\.[a-z0-9_-]+|status) = "([^"]*)"\)')
 
@@ -399,6 +472,7 @@ class FakeCompute(BaseHTTPRequestHandler):
             self._error(404, "unknown method")
             return
         query = parse_qs(url.query).get("filter", [""])[0]
+        self.listed.append(query)
         terms = self.filter_term.findall(query)
         if not terms or self.filter_term.sub("", query).strip():
             self._error(400, f"Invalid value for field 'filter': '{query}'")
@@ -435,7 +509,7 @@ def compute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCom
     """Three running Spot VMs of the first class's pool, one stopped, one of another class."""
     gpu_class = GCP_PROD.gpu_classes[0]
     pool = f"{gpu_class.name}-spot-{gpu_class.instance_types[0]}"
-    cluster = (GCP_PROD.gcp.cluster.create or GCP_PROD.gcp.cluster.existing).name
+    cluster = GCP_PROD.gcp.cluster.name
     zone = GCP_PROD.zones[0]
 
     def vm(name: str, node_pool: str, status: str = "RUNNING") -> dict:
@@ -452,7 +526,7 @@ def compute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCom
             vm("gke-c-other-1", "h100-80gb-spot-a3-highgpu-8g"),
         )
     }
-    FakeCompute.simulated = []
+    FakeCompute.listed, FakeCompute.simulated = [], []
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeCompute)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}"
@@ -498,13 +572,39 @@ def test_a_gke_drill_preempts_half_the_class_running_spot_vms(
 
     url, _ = prometheus
     out = tmp_path / "gke.json"
+    compute.listed.clear()
     report = cloud_drill(
         CloudRun("gcp-prod", url, RECOVERY_S), False, out, Console(quiet=True), REPO_ROOT, no_wait
     )
     assert compute.simulated == ["gke-c-node-1", "gke-c-node-2"]
+    # The VMs are listed once, for the plan it prints and the run alike: a second listing
+    # could hit other VMs than the ones it named.
+    pools = GCP_PROD.gpu_classes[0].instance_types
+    assert len(compute.listed) == len(pools)
     zone = GCP_PROD.zones[0]
     assert report["config"]["target"] == {"nodes": [f"{zone}/gke-c-node-1", f"{zone}/gke-c-node-2"]}
     assert set(report["goodput"]["jobs"]) == {"vision/llama", "language/bert"}
+
+
+def test_a_cloud_that_fails_the_plan_exits_1_not_as_bad_input(
+    compute: type[FakeCompute], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing the targets asks the cloud: its failure is the cloud's (exit 1), as in the run."""
+    for vm in compute.vms.values():
+        vm["status"] = "TERMINATED"
+    result = CliRunner().invoke(app, ["drill", "--cloud-run", "gcp-prod", "--dry-run"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("cloud drill failed: no running Spot VM in node pools")
+    assert len(result.output.strip().splitlines()) == 1
+
+    # The Compute API out of reach: nothing listens there.
+    monkeypatch.setenv(
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE", f"http://127.0.0.1:{free_port()}/"
+    )
+    result = CliRunner().invoke(app, ["drill", "--cloud-run", "gcp-prod", "--dry-run"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("cloud drill failed: Compute API projects/")
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_an_experiment_that_fails_is_reported_in_one_line() -> None:
@@ -539,6 +639,7 @@ def test_an_experiment_that_fails_is_reported_in_one_line() -> None:
             {"id": "EXP1"},
         )
         with pytest.raises(CloudRunError) as failed:
-            FisDrill(PROD, "prod", client).run(no_wait)
+            drill = FisDrill(PROD, "prod", client)
+            drill.run(drill.targets(), no_wait)
         stub.assert_no_pending_responses()
     assert str(failed.value) == "FIS experiment EXP1 ended failed: Target resolution failed"

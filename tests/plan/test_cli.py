@@ -377,3 +377,16 @@ def test_a_bad_stack_is_one_line_and_exit_2(
     result = CliRunner().invoke(app, ["plan", *args, *common])
     assert result.exit_code == 2 and message in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_stack_is_read_from_program_outside_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a Pulumi project the stack needs --program, which the error names."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--cloud", "gcp", "--state-gb", "10", "--interruption-band", "<5%", "--step-s", "1",
+            "--job-hours", "24", "--stack", "gcp-prod"]  # fmt: skip
+    result = CliRunner().invoke(app, ["plan", *args])
+    assert result.exit_code == 2 and "pass --program" in result.output
+    a = plan(tmp_path, *args, "--program", str(REPO_ROOT))["assumptions"]
+    assert a["image"] == "stream" and a["image_from"] == "--stack gcp-prod: gcp.image_streaming"

@@ -23,7 +23,7 @@ from spotctl.review.collect import (
     ami_release,
     collect,
     pinned_versions,
-    read_costs,
+    review_costs,
     review_drills,
     review_provider_data,
     review_runbooks,
@@ -311,6 +311,16 @@ def test_a_drill_report_that_is_not_one_is_a_clear_error(tmp_path):
         review_drills(Review("2026Q4", DAY), tmp_path)
 
 
+def test_a_bad_drill_report_is_refused_before_any_preview(tmp_path, monkeypatch):
+    def preview_program(program, stack):
+        raise AssertionError(f"stack {stack} previewed before the drill reports were read")
+
+    monkeypatch.setattr("spotctl.review.collect.preview_program", preview_program)
+    (tmp_path / "notes.json").write_text('{"seed": 1}')
+    with pytest.raises(ReviewError, match=r"notes.json: not a drill report \('jobs'\)"):
+        collect(day=DAY, quarter="2026Q4", drill_reports=tmp_path, costs=COSTS)
+
+
 @pytest.mark.parametrize(
     ("answer", "complaint"),
     [
@@ -342,7 +352,7 @@ def test_a_costs_file_that_is_not_the_quarters_answer_is_one_clear_line(
     costs = tmp_path / "costs.json"
     costs.write_text(answer)
     with pytest.raises(ReviewError) as raised:
-        read_costs(costs)
+        review_costs(Review("2026Q4", DAY), costs)
     assert str(raised.value) == f"{costs}: {complaint}"
 
 
@@ -365,3 +375,28 @@ def test_the_operations_guide_saves_the_answer_to_the_query_the_review_reads():
 
     guide = (REPO / "docs" / "operations.md").read_text()
     assert f"query={quarter_query(92)}'" in guide  # 2026Q4 has 92 days
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        (
+            "# Broken\n",
+            "runbooks/ops/Broken.md: no front matter (---\\nlast_reviewed: YYYY-MM-DD\\n---)",
+        ),
+        (
+            "---\nlast_reviewed: [2026-11-01\n---\n# Broken\n",
+            "runbooks/ops/Broken.md:2: front matter is not valid YAML: expected ',' or ']', but "
+            "got '<stream end>'",
+        ),
+    ],
+)
+def test_a_runbook_the_review_cannot_read_is_one_clear_error(
+    tmp_path, monkeypatch, text, complaint
+):
+    (tmp_path / "runbooks" / "ops").mkdir(parents=True)
+    (tmp_path / "runbooks" / "ops" / "Broken.md").write_text(text)
+    monkeypatch.setattr("spotctl.review.collect.REPO", tmp_path)
+    with pytest.raises(ReviewError) as raised:
+        collect(day=DAY, quarter="2026Q4", drill_reports=DRILLS, costs=COSTS, previews={})
+    assert str(raised.value) == complaint
