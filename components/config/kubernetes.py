@@ -3,7 +3,8 @@ teams' Job templates and the GPU-hour prices the monitoring stack costs runs at.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from datetime import date
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
@@ -175,6 +176,48 @@ class MonitoringConfig(Model):
         )
 
 
+AdmissionMode = Literal["Warn", "Deny"]
+
+
+class AdmissionWaiver(Model):
+    """One team namespace let off one admission rule until a date: the fields of the policy
+    pack's waivers.yaml, for a namespace instead of a stack's resource."""
+
+    rule: str = Field(pattern=DNS_LABEL, description="An admission rule (docs/kubernetes.md).")
+    namespace: str = Field(pattern=DNS_LABEL, description="The team namespace it covers.")
+    reason: str = Field(min_length=1)
+    owner: str = Field(min_length=1)
+    expires: date = Field(description="The last day it holds; past it the rule applies again.")
+
+    def active(self, today: date) -> bool:
+        return today <= self.expires
+
+
+class AdmissionConfig(Model):
+    """The ValidatingAdmissionPolicies in the team namespaces (components/k8s/admission.py)."""
+
+    mode: AdmissionMode = Field(
+        default="Warn",
+        description="Warn: a breach is admitted with a warning and an audit entry; Deny: it is "
+        "refused. Start with Warn, switch a team to Deny after a week without warnings.",
+    )
+    namespace_modes: dict[Annotated[str, Field(pattern=DNS_LABEL)], AdmissionMode] = Field(
+        default_factory=dict, description="Team namespaces whose mode differs from `mode`."
+    )
+    waivers: list[AdmissionWaiver] = Field(
+        default_factory=list,
+        description="A waived rule only warns in its namespace, until the waiver expires (at "
+        "the next `pulumi up` after that day).",
+    )
+
+    def mode_of(self, namespace: str) -> AdmissionMode:
+        return self.namespace_modes.get(namespace, self.mode)
+
+    def waived(self, namespace: str, today: date) -> dict[str, AdmissionWaiver]:
+        """Rule -> the unexpired waiver that lets this namespace off it."""
+        return {w.rule: w for w in self.waivers if w.namespace == namespace and w.active(today)}
+
+
 class KubernetesConfig(Model):
     notice_seconds: PositiveInt | None = Field(
         default=None,
@@ -193,6 +236,7 @@ class KubernetesConfig(Model):
     kueue: KueueConfig = Field(default_factory=KueueConfig)
     templates: JobTemplateConfig = Field(default_factory=JobTemplateConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
 
     def notice_for(self, cloud: str) -> int:
         return self.notice_seconds or NOTICE_SECONDS[cloud]

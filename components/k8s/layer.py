@@ -12,6 +12,7 @@ the stable nodes the releases schedule on, and the identities of what the layer 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -19,6 +20,7 @@ import pulumi_kubernetes as k8s
 from components.config import UNBUILT_IMAGE, StackConfig
 from components.config.capacity import efa_interfaces, template_class
 from components.k8s import rendezvous
+from components.k8s.admission import AdmissionArgs, AdmissionPolicies
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
 from components.k8s.gpus import GpuAgents, GpuAgentsArgs
@@ -40,6 +42,7 @@ from components.k8s.priorities import Priorities, PrioritiesArgs
 from components.k8s.rendezvous import RendezvousStore, RendezvousStoreArgs
 from components.k8s.templates import JobTemplates, JobTemplatesArgs
 from components.platform import Platform
+from components.pools import GPU_TAINT
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,7 @@ class KubernetesLayer(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[*namespaces, monitoring.release]),
         )
         t = s.templates
+        admission_policies(name, config, platform, after_namespaces)
         if t.image == UNBUILT_IMAGE:
             pulumi.log.warn(
                 "kubernetes.templates.image is the placeholder digest of an image not built yet: "
@@ -231,6 +235,34 @@ class KubernetesLayer(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[monitoring.namespace]),
         )
         self.register_outputs({"namespaces": [team.namespace for team in config.teams]})
+
+
+def admission_policies(
+    name: str, config: StackConfig, platform: Platform, opts: pulumi.ResourceOptions
+) -> AdmissionPolicies:
+    """The team namespaces' admission rules, in the stack's image repositories."""
+    image = config.kubernetes.templates.image
+    repositories = [platform.image_repository]
+    if "@" in image:  # a full reference: its own repository
+        repositories.append(image.split("@", 1)[0])
+    return AdmissionPolicies(
+        f"{name}-admission",
+        AdmissionArgs(
+            checkpoint_roots={
+                team.namespace: platform.checkpoint_roots[team.name] for team in config.teams
+            },
+            image_repositories=tuple(repositories),
+            notice_seconds=platform.notice_seconds,
+            notice_sources=platform.notice_sources,
+            local_queue=LOCAL_QUEUE,
+            guarded_taint_keys=tuple(
+                k for k in (GPU_TAINT.key, platform.compute_class_label) if k is not None
+            ),
+            settings=config.kubernetes.admission,
+            today=datetime.now(UTC).date(),
+        ),
+        opts,
+    )
 
 
 def build_kubernetes(settings: StackConfig, platform: Platform) -> KubernetesLayer:

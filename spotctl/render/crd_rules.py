@@ -23,6 +23,9 @@ from typing import Any
 import cel
 
 RULES = "x-kubernetes-validations"
+# What an expression the API server could not evaluate raises here (a missing key or index:
+# LookupError).
+CEL_ERRORS = (RuntimeError, ValueError, TypeError, LookupError)
 
 
 def with_defaults(schema: dict, value: Any) -> Any:
@@ -69,12 +72,19 @@ def _program(rule: str) -> cel.Program:
     return cel.compile(rule)
 
 
-def _holds(rule: str, value: Any) -> bool:
+def evaluate(expression: str, variables: dict[str, Any]) -> Any:
+    """The CEL expression's value with these variables and the Kubernetes extensions; raises
+    RuntimeError, ValueError, TypeError or KeyError where the API server reports an error."""
     context = cel.Context()
-    context.add_variable("self", value)
+    for name, value in variables.items():
+        context.add_variable(name, value)
     for name, function in EXTENSIONS.items():
         context.add_function(name, function)
-    return _program(rule).execute(context) is True
+    return _program(expression).execute(context)
+
+
+def _holds(rule: str, value: Any) -> bool:
+    return evaluate(rule, {"self": value}) is True
 
 
 def rule_problems(schema: dict, value: Any, path: str = "") -> Iterator[str]:
@@ -84,7 +94,7 @@ def rule_problems(schema: dict, value: Any, path: str = "") -> Iterator[str]:
             continue  # a transition rule: checked on update only
         try:
             holds = _holds(rule["rule"], value)
-        except (RuntimeError, ValueError, TypeError) as exc:
+        except CEL_ERRORS as exc:
             yield f"{path or '(root)'}: rule {rule['rule']!r} cannot be evaluated: {exc}"
             continue
         if not holds:
