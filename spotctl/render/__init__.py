@@ -5,8 +5,10 @@ releases are written as their pinned chart, version, repository and values (for 
 --install`), and the training Job templates held in each team's template ConfigMap are written
 out as files of their own. `--validate` checks built-in kinds with kubernetes-validate (strict),
 custom resources against the CRDs found under each `--crds` directory (defaults applied and CEL
-rules evaluated as the API server does), and that every extended
-resource a pod requests is advertised by a device plugin on every node the pod can run on.
+rules evaluated as the API server does), that the stack's own admission policies admit every
+object it puts in its namespaces (the Job templates among them) without a warning, and that
+every extended resource a pod requests is advertised by a device plugin on every node the pod
+can run on.
 
 Layout of OUT:
   manifests/NNN-<kind>-<namespace>-<name>.yaml   numbered in apply order
@@ -16,7 +18,8 @@ A rerun replaces the files of the previous render (OUT/.spotctl-files lists them
 else; an OUT that holds files of someone else is refused unless --force (`spotctl.outputs`).
 
 The package: `manifests` (the objects and their files, validation), `crd_rules` (the CRDs'
-defaults and CEL rules), `scheduling` (whether the stack's nodes serve what its pods request).
+defaults and CEL rules), `admission` (ValidatingAdmissionPolicies as the API server applies
+them), `scheduling` (whether the stack's nodes serve what its pods request).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail
 from spotctl.preview.resources import PreviewError
 from spotctl.render.manifests import (
     RenderError,
+    admission_problems,
     major_minor,
     render_stack,
     scheduling_problems,
@@ -90,6 +94,7 @@ def command(
         return
     try:
         problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+        problems += admission_problems(rendered)
     except RenderError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

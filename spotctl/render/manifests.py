@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from spotctl.preview.resources import UNKNOWN, PreviewError, PreviewResource, preview_program
+from spotctl.render.admission import AdmissionError, admit
 from spotctl.render.crd_rules import rule_problems, with_defaults
 from spotctl.render.scheduling import NodeShape, device_plugins, node_shapes, unserved_resources
 
@@ -89,6 +90,27 @@ def scheduling_problems(rendered: Rendered) -> list[str]:
     the pods can run: such a pod stays Pending."""
     plugins = device_plugins(rendered.releases, rendered.nodes)
     return unserved_resources(rendered.all_objects(), rendered.nodes, plugins)
+
+
+def admission_problems(rendered: Rendered) -> list[str]:
+    """What the stack's own admission policies would refuse or warn about among its objects
+    in its namespaces (the Job templates among them), each created as kubectl creates it."""
+    objects = rendered.all_objects()
+    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    namespaces = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Namespace"}
+    problems = []
+    for obj in objects:
+        namespace = namespaces.get(obj["metadata"].get("namespace"))
+        if namespace is None:
+            continue
+        try:
+            verdict = admit(policies, bindings, obj, namespace)
+        except AdmissionError as exc:
+            raise RenderError(str(exc)) from None
+        where = f"{obj['kind']} {namespace['metadata']['name']}/{obj['metadata']['name']}"
+        problems += [f"{where}: {failure.text()}" for failure in verdict.failures]
+    return problems
 
 
 def write(rendered: Rendered, out: Path) -> list[Path]:
