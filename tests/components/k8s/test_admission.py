@@ -7,17 +7,19 @@ objects of the pinned Kubernetes version."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from datetime import date
 
 import kubernetes_validate
 import pytest
-from stack_files import STACKS
+from stack_files import REPO_ROOT, STACKS
 
 from components.config.kubernetes import AdmissionConfig
-from components.k8s.admission import RULE_NAMES, AdmissionArgs, bindings
+from components.k8s.admission import RULE_NAMES, RULES, AdmissionArgs, bindings
 from components.k8s.jobs import QUEUE_LABEL
 from components.versions import KUBERNETES_VERSION
+from policies import ALL_POLICIES
 from spotctl.render.admission import admit
 from spotctl.render.manifests import Rendered, admission_problems, render
 
@@ -420,3 +422,29 @@ def test_a_namespace_switches_to_deny_and_a_waiver_warns_until_it_expires() -> N
 def test_settings_naming_what_is_not_there_are_refused(settings, complaint) -> None:
     with pytest.raises(ValueError, match=complaint):
         args(**settings)
+
+
+def test_the_docs_list_each_rule_once_with_where_it_is_enforced() -> None:
+    text = (REPO_ROOT / "docs" / "kubernetes.md").read_text()
+    header = "| Rule | Refuses | Preview | Scan | Admission |"
+    rows = text.split(header, 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    cells = [[c.strip().strip("`") for c in row.strip("|").split("|")] for row in rows]
+    names = [row[0] for row in cells]
+    assert len(names) == len(set(names))
+    table = {row[0]: row for row in cells}
+    for rule in RULES:
+        _, _, preview, scan, admission = table[rule.name]
+        assert (preview, scan.split("`")[0], admission) == (
+            rule.preview or "—",
+            rule.scan or "—",
+            "yes",
+        ), rule.name
+    # Every checkov check appears once; every named CrossGuard policy is the pack's.
+    checks = sorted(
+        re.search(r'id="(CKV_SPOT_\d+)"', path.read_text())[1]
+        for path in (REPO_ROOT / "policies" / "checkov").glob("ckv_spot_*.py")
+    )
+    assert sorted(row[3].split("`")[0] for row in cells if row[3] != "—") == checks
+    pack = {policy.name for policy in ALL_POLICIES}
+    assert {row[2] for row in cells if row[2] != "—"} <= pack
+    assert [row[0] for row in cells if row[4] == "yes"] == list(RULE_NAMES)
