@@ -327,8 +327,17 @@ def policy(rule: Rule, regime: Regime) -> dict:
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": rule.name, "labels": dict(PART_OF)},
+        "metadata": policy_metadata(rule),
         "spec": spec,
+    }
+
+
+def policy_metadata(rule: Rule) -> dict:
+    # The runbook an engineer whose workload was refused follows (spotctl review checks it).
+    return {
+        "name": rule.name,
+        "labels": dict(PART_OF),
+        "annotations": {"spot-training/runbook": RUNBOOK},
     }
 
 
@@ -447,7 +456,7 @@ class AdmissionPolicies(pulumi.ComponentResource):
             policies.append(
                 k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
                     f"{name}-{rule.name}",
-                    metadata={"name": rule.name, "labels": dict(PART_OF)},
+                    metadata=policy_metadata(rule),
                     spec=spec,
                     opts=child,
                 )

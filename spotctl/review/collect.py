@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from components.config.files import ProgramInputError, load_project, stack_names
-from components.config.loading import ConfigError, stack_document
+from components.config.loading import ConfigError, load_config, stack_document
 from spotctl.preview.analyzer import check_preview, read_policy_config
 from spotctl.preview.resources import PreviewResource, preview_program
 from spotctl.review.costs import CostsError, team_costs
@@ -33,10 +33,21 @@ RUNBOOK_LINK = re.compile(r"runbooks/(\w+)/(\w+)\.md")
 ALERT_SOURCES = {
     "aws:cloudwatch/metricAlarm:MetricAlarm": "CloudWatch alarm",
     "gcp:monitoring/alertPolicy:AlertPolicy": "Cloud Monitoring alert policy",
+    # Not an alert, but what sends an engineer to a runbook: a refusal at admission.
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": "Admission policy",
 }
 
 
-SECTIONS = ("stacks", "waivers", "versions", "runbooks", "drills", "costs", "provider_data")
+SECTIONS = (
+    "stacks",
+    "waivers",
+    "admission",
+    "versions",
+    "runbooks",
+    "drills",
+    "costs",
+    "provider_data",
+)
 """The report's sections, in the order of its findings."""
 
 
@@ -172,6 +183,61 @@ def review_waivers(review: Review, pack: Path) -> None:
         elif status == "expiring":
             review.flags.append(f"{what} expires in {left} days")
     review.sections["waivers"] = rows
+
+
+def review_admission(review: Review, program: Path, stack_names: list[str]) -> None:
+    """Per stack, each team namespace's admission mode (Warn admits a breach with a warning),
+    and each admission waiver with its expiry (kubernetes.admission)."""
+    namespaces, waivers = [], []
+    for stack in stack_names:
+        try:
+            config = load_config(stack_values(program, stack))
+        except ConfigError as exc:
+            raise ReviewError(f"stack {stack}: {exc}") from None
+        admission = config.kubernetes.admission
+        for team in config.teams:
+            mode = admission.mode_of(team.namespace)
+            waived = sorted(admission.waived(team.namespace, review.date))
+            namespaces.append(
+                {
+                    "stack": stack,
+                    "namespace": team.namespace,
+                    "mode": mode,
+                    "waived_rules": ", ".join(waived),
+                }
+            )
+            if mode == "Warn":
+                review.flags.append(
+                    f"stack {stack}: namespace {team.namespace} is in admission mode Warn: "
+                    "breaches are admitted with a warning; switch it to Deny "
+                    "(kubernetes.admission.namespace_modes)"
+                )
+        for waiver in admission.waivers:
+            left = _days(waiver.expires, review.date)
+            status = "expired" if left < 0 else "expiring" if left <= WARN_DAYS else "current"
+            waivers.append(
+                {
+                    "stack": stack,
+                    "namespace": waiver.namespace,
+                    "rule": waiver.rule,
+                    "owner": waiver.owner,
+                    "reason": waiver.reason,
+                    "expires": waiver.expires.isoformat(),
+                    "days_left": left,
+                    "status": status,
+                }
+            )
+            what = (
+                f"stack {stack}: admission waiver of {waiver.rule} for {waiver.namespace} "
+                f"({waiver.owner})"
+            )
+            if status == "expired":
+                review.mandatory.append(
+                    f"{what} expired on {waiver.expires}: the next pulumi up enforces the rule"
+                )
+            elif status == "expiring":
+                review.flags.append(f"{what} expires in {left} days")
+    review.sections["admission"] = {"namespaces": namespaces, "waivers": waivers}
 
 
 def pinned_versions() -> list[dict[str, Any]]:
@@ -473,6 +539,7 @@ def collect(
     policy = read_policy_config(policy_config)
     data = provider_data or pack / "provider-data.yaml"
     review_provider_data(found["provider_data"], data, program, names)
+    review_admission(found["admission"], program, names)
     if previews is None:
         with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
             previews = dict(

@@ -18,6 +18,16 @@ TABLES = (
         ("policy", "stack", "resource", "owner", "expires", "days_left", "status", "reason"),
     ),
     (
+        "Admission mode per team namespace",
+        ("admission", "namespaces"),
+        ("stack", "namespace", "mode", "waived_rules"),
+    ),
+    (
+        "Admission waivers",
+        ("admission", "waivers"),
+        ("stack", "namespace", "rule", "owner", "expires", "days_left", "status", "reason"),
+    ),
+    (
         "Pinned versions",
         ("versions",),
         ("component", "kind", "version", "end_of_support", "days_left", "status", "source"),

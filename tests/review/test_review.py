@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pack_copy import pack_copy
 from PIL import Image
+from stack_files import stack_values
 
 from spotctl.preview.resources import PreviewResource
 from spotctl.review.collect import (
@@ -23,6 +24,7 @@ from spotctl.review.collect import (
     ami_release,
     collect,
     pinned_versions,
+    review_admission,
     review_costs,
     review_drills,
     review_provider_data,
@@ -400,3 +402,56 @@ def test_a_runbook_the_review_cannot_read_is_one_clear_error(
     with pytest.raises(ReviewError) as raised:
         collect(day=DAY, quarter="2026Q4", drill_reports=DRILLS, costs=COSTS, previews={})
     assert str(raised.value) == complaint
+
+
+def test_admission_modes_and_waivers_are_listed_and_an_expired_waiver_is_mandatory(
+    program_copy,
+):
+    values = stack_values("prod")
+    waiver = {"namespace": "team-vision", "reason": "base image moves", "owner": "vision-leads"}
+    values["kubernetes"] = {
+        **values.get("kubernetes", {}),
+        "admission": {
+            "mode": "Deny",
+            "namespace_modes": {"team-language": "Warn"},
+            "waivers": [
+                {**waiver, "rule": "images-from-stack-registry-by-digest", "expires": "2026-12-30"},
+                {**waiver, "rule": "pods-unprivileged", "expires": "2026-11-29"},
+            ],
+        },
+    }
+    review = Review("2026Q4", DAY)
+    review_admission(review, program_copy("prod", values), ["prod"])
+    rows = review.sections["admission"]
+    assert [(r["namespace"], r["mode"], r["waived_rules"]) for r in rows["namespaces"]] == [
+        ("team-vision", "Deny", "images-from-stack-registry-by-digest"),
+        ("team-language", "Warn", ""),
+    ]
+    assert [(w["rule"], w["days_left"], w["status"]) for w in rows["waivers"]] == [
+        ("images-from-stack-registry-by-digest", 30, "expiring"),
+        ("pods-unprivileged", -1, "expired"),
+    ]
+    assert review.mandatory == [
+        "stack prod: admission waiver of pods-unprivileged for team-vision (vision-leads) "
+        "expired on 2026-11-29: the next pulumi up enforces the rule"
+    ]
+    assert review.flags == [
+        "stack prod: namespace team-language is in admission mode Warn: breaches are admitted "
+        "with a warning; switch it to Deny (kubernetes.admission.namespace_modes)",
+        "stack prod: admission waiver of images-from-stack-registry-by-digest for team-vision "
+        "(vision-leads) expires in 30 days",
+    ]
+
+
+def test_the_admission_runbook_is_linked_by_the_admission_policies(previews):
+    review = Review("2026Q4", DAY)
+    review_runbooks(review, previews)
+    assert (
+        "runbooks/training/JobRefusedAtAdmission.md" not in review.sections["runbooks"]["unlinked"]
+    )
+    assert {
+        "source": "Admission policy",
+        "alert": "JobRefusedAtAdmission",
+        "runbook": "runbooks/training/JobRefusedAtAdmission.md",
+        "exists": True,
+    } in (review.sections["runbooks"]["alerts"])
