@@ -176,7 +176,7 @@ class MonitoringConfig(Model):
         )
 
 
-AdmissionMode = Literal["Warn", "Deny"]
+AdmissionMode = Literal["Audit", "Warn", "Deny"]
 
 
 class AdmissionWaiver(Model):
@@ -198,8 +198,9 @@ class AdmissionConfig(Model):
 
     mode: AdmissionMode = Field(
         default="Warn",
-        description="Warn: a breach is admitted with a warning and an audit entry; Deny: it is "
-        "refused. Start with Warn, switch a team to Deny after a week without warnings.",
+        description="Audit: a breach is admitted and recorded in the API server's audit log; "
+        "Warn: admitted, with a warning to the client and an audit entry; Deny: refused. Start "
+        "with Warn, switch a team to Deny after a week without warnings.",
     )
     namespace_modes: dict[Annotated[str, Field(pattern=DNS_LABEL)], AdmissionMode] = Field(
         default_factory=dict, description="Team namespaces whose mode differs from `mode`."

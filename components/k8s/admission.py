@@ -14,11 +14,12 @@ a finalizer of an object admitted before, is never refused). A training Job is o
 may put on spot: it names a queue (every team queue tries spot first) or tolerates the spot
 taint, as policies/spot_workloads.py reads a toleration.
 
-Per rule, a binding with [Deny, Audit] covers the namespaces whose mode is Deny, and one with
-[Warn, Audit] the namespaces in Warn mode and those with an unexpired waiver of the rule
-(`kubernetes.admission` in the stack config): a warned workload is admitted, and kubectl prints
-the message. The API server has no clock in CEL, so a waiver ends at the first `pulumi up` after
-its expiry; `spotctl review` lists the active ones.
+Per rule, a binding with [Deny, Audit] covers the namespaces whose mode is Deny, one with
+[Warn, Audit] the namespaces in Warn mode and those with an unexpired waiver of the rule, and
+one with [Audit] those in Audit mode (`kubernetes.admission` in the stack config): a warned
+workload is admitted, and kubectl prints the message; an audited one only leaves an entry in
+the API server's audit log. The API server has no clock in CEL, so a waiver ends at the first
+`pulumi up` after its expiry; `spotctl review` lists the active ones.
 
 No paramKind: a parameter object in the team's namespace could be edited by the team it
 constrains, so the per-team values (each namespace's checkpoint root) are in the policy itself,
@@ -47,7 +48,11 @@ DEFAULT_GRACE_SECONDS = 30
 # What makes a toleration a spot one (policies/spot_workloads.tolerates_spot): a key or value
 # that names spot or preemptible capacity, in any case.
 SPOT_WORDS = "(?i)spot|preemptible"
-ACTIONS: dict[AdmissionMode, list[str]] = {"Deny": ["Deny", "Audit"], "Warn": ["Warn", "Audit"]}
+ACTIONS: dict[AdmissionMode, list[str]] = {
+    "Audit": ["Audit"],
+    "Warn": ["Warn", "Audit"],
+    "Deny": ["Deny", "Audit"],
+}
 
 _OPERATIONS = ["CREATE", "UPDATE"]
 JOB_RESOURCES = [
@@ -356,13 +361,14 @@ def _used_variables(rule: Rule, regime: Regime) -> list[tuple[str, str]]:
 def bindings(
     rule_names: list[str], modes: dict[str, AdmissionMode], waived: dict[str, set[str]]
 ) -> list[dict]:
-    """Per rule, a Deny binding for the namespaces it is enforced in and a Warn binding for
-    the others (Warn mode, or a waiver of the rule); none where no namespace is left."""
+    """Per rule, a binding per mode for the namespaces in it, a waiver of the rule turning its
+    namespace's Deny to Warn; none where no namespace is left."""
     found = []
     for rule in rule_names:
-        by_mode: dict[AdmissionMode, list[str]] = {"Deny": [], "Warn": []}
+        by_mode: dict[AdmissionMode, list[str]] = {mode: [] for mode in ACTIONS}
         for namespace, mode in sorted(modes.items()):
-            by_mode["Warn" if rule in waived.get(namespace, set()) else mode].append(namespace)
+            waived_here = mode == "Deny" and rule in waived.get(namespace, set())
+            by_mode["Warn" if waived_here else mode].append(namespace)
         for mode, namespaces in by_mode.items():
             if not namespaces:
                 continue

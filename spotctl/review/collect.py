@@ -186,8 +186,8 @@ def review_waivers(review: Review, pack: Path) -> None:
 
 
 def review_admission(review: Review, program: Path, stack_names: list[str]) -> None:
-    """Per stack, each team namespace's admission mode (Warn admits a breach with a warning),
-    and each admission waiver with its expiry (kubernetes.admission)."""
+    """Per stack, each team namespace's admission mode (Audit and Warn admit a breach), and
+    each admission waiver with its expiry (kubernetes.admission)."""
     namespaces, waivers = [], []
     for stack in stack_names:
         try:
@@ -206,10 +206,10 @@ def review_admission(review: Review, program: Path, stack_names: list[str]) -> N
                     "waived_rules": ", ".join(waived),
                 }
             )
-            if mode == "Warn":
+            if mode != "Deny":
                 review.flags.append(
-                    f"stack {stack}: namespace {team.namespace} is in admission mode Warn: "
-                    "breaches are admitted with a warning; switch it to Deny "
+                    f"stack {stack}: namespace {team.namespace} is in admission mode {mode}: "
+                    "breaches are admitted, not refused; switch it to Deny "
                     "(kubernetes.admission.namespace_modes)"
                 )
         for waiver in admission.waivers:

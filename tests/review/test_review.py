@@ -413,7 +413,7 @@ def test_admission_modes_and_waivers_are_listed_and_an_expired_waiver_is_mandato
         **values.get("kubernetes", {}),
         "admission": {
             "mode": "Deny",
-            "namespace_modes": {"team-language": "Warn"},
+            "namespace_modes": {"team-language": "Audit"},
             "waivers": [
                 {**waiver, "rule": "images-from-stack-registry-by-digest", "expires": "2026-12-30"},
                 {**waiver, "rule": "pods-unprivileged", "expires": "2026-11-29"},
@@ -425,7 +425,7 @@ def test_admission_modes_and_waivers_are_listed_and_an_expired_waiver_is_mandato
     rows = review.sections["admission"]
     assert [(r["namespace"], r["mode"], r["waived_rules"]) for r in rows["namespaces"]] == [
         ("team-vision", "Deny", "images-from-stack-registry-by-digest"),
-        ("team-language", "Warn", ""),
+        ("team-language", "Audit", ""),
     ]
     assert [(w["rule"], w["days_left"], w["status"]) for w in rows["waivers"]] == [
         ("images-from-stack-registry-by-digest", 30, "expiring"),
@@ -436,8 +436,8 @@ def test_admission_modes_and_waivers_are_listed_and_an_expired_waiver_is_mandato
         "expired on 2026-11-29: the next pulumi up enforces the rule"
     ]
     assert review.flags == [
-        "stack prod: namespace team-language is in admission mode Warn: breaches are admitted "
-        "with a warning; switch it to Deny (kubernetes.admission.namespace_modes)",
+        "stack prod: namespace team-language is in admission mode Audit: breaches are admitted, "
+        "not refused; switch it to Deny (kubernetes.admission.namespace_modes)",
         "stack prod: admission waiver of images-from-stack-registry-by-digest for team-vision "
         "(vision-leads) expires in 30 days",
     ]

@@ -13,6 +13,7 @@ from datetime import date
 
 import kubernetes_validate
 import pytest
+import yaml
 from stack_files import REPO_ROOT, STACKS
 
 from components.config.kubernetes import AdmissionConfig
@@ -76,6 +77,18 @@ def test_shipped_templates_and_team_workloads_are_admitted(stack) -> None:
         namespace = namespaces.get(obj["metadata"].get("namespace"))
         if namespace is not None:
             assert admit(policies, deny, obj, namespace).failures == [], obj["metadata"]["name"]
+
+
+def test_render_validate_reports_what_the_policies_would_warn_about(prod) -> None:
+    rendered = copy.deepcopy(prod)
+    namespace, file_name = sorted(rendered.templates)[0]
+    [job] = rendered.templates[(namespace, file_name)]
+    del job["spec"]["podFailurePolicy"]
+    where = f"Job {namespace}/{job['metadata']['name']}: "
+    assert [p.split("' with binding")[0] for p in admission_problems(rendered)] == [
+        f"{where}Validation failed for ValidatingAdmissionPolicy '{rule}'"
+        for rule in ("spot-job-ignores-disruption", "spot-job-ignores-preempted-exit")
+    ]
 
 
 def _policies(rendered: Rendered) -> list[dict]:
@@ -397,6 +410,8 @@ def test_a_namespace_switches_to_deny_and_a_waiver_warns_until_it_expires() -> N
     enforced = bound(args(mode="Deny", namespace_modes={"team-b": "Warn"}))
     assert all(enforced[(rule, "Deny")] == ["team-a"] for rule in RULE_NAMES)
     assert all(enforced[(rule, "Warn")] == ["team-b"] for rule in RULE_NAMES)
+    audited = bound(args(mode="Audit"))
+    assert audited == {(rule, "Audit"): ["team-a", "team-b"] for rule in RULE_NAMES}
     waived = bound(args(mode="Deny", waivers=[waiver("2026-12-01")]))
     assert waived[(IMAGES, "Warn")] == ["team-a"]
     assert waived[(IMAGES, "Deny")] == ["team-b"]
@@ -448,3 +463,8 @@ def test_the_docs_list_each_rule_once_with_where_it_is_enforced() -> None:
     pack = {policy.name for policy in ALL_POLICIES}
     assert {row[2] for row in cells if row[2] != "—"} <= pack
     assert [row[0] for row in cells if row[4] == "yes"] == list(RULE_NAMES)
+    # The settings it shows are the schema's, and its waiver names a rule.
+    example = text.split("**Warn first, then Deny.**", 1)[1].split("```yaml\n", 1)[1]
+    settings = yaml.safe_load(example.split("```", 1)[0])["spot-training:kubernetes"]
+    admission = AdmissionConfig.model_validate(settings["admission"])
+    assert {w.rule for w in admission.waivers} <= set(RULE_NAMES)
