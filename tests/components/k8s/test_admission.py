@@ -86,7 +86,7 @@ def test_render_validate_reports_what_the_policies_would_warn_about(prod) -> Non
     del job["spec"]["podFailurePolicy"]
     where = f"Job {namespace}/{job['metadata']['name']}: "
     assert [p.split("' with binding")[0] for p in admission_problems(rendered)] == [
-        f"{where}Validation failed for ValidatingAdmissionPolicy '{rule}'"
+        f"{where}Validation failed for ValidatingAdmissionPolicy '{rule}"
         for rule in ("spot-job-ignores-disruption", "spot-job-ignores-preempted-exit")
     ]
 
