@@ -37,8 +37,10 @@ import time
 import uuid
 from pathlib import Path
 
+from spotsafe.preemption import EXIT_PREEMPTED
+
 SPOTSAFE_RUN = str(Path(sys.executable).parent / "spotsafe-run")
-SAMPLES, BATCH, EVERY = 64, 4, 5  # 16 batches an epoch on one rank, 8 on each of two
+SAMPLES, BATCH, EVERY = 64, 4, 10  # 16 batches an epoch on one rank, 8 on each of two
 
 
 def train(argv: list[str]) -> None:
@@ -101,12 +103,13 @@ def train(argv: list[str]) -> None:
 def send(how: str) -> None:
     """From inside a step: SIGTERM to the launcher (this process's parent under spotsafe-run) or
     to this process's group; or SIGKILL to the launcher and everything under it."""
-    if how == "launcher":
-        os.kill(os.getppid(), signal.SIGTERM)
-    elif how == "group":
-        os.killpg(0, signal.SIGTERM)
-    else:
+    if how == "kill":
+        time.sleep(1)  # a moment into the step, enough for the last periodic save to land
         kill_tree(os.getppid())
+    elif how == "launcher":
+        os.kill(os.getppid(), signal.SIGTERM)
+    else:
+        os.killpg(0, signal.SIGTERM)
 
 
 def kill_tree(pid: int) -> None:
@@ -147,39 +150,42 @@ def committed_step(uri: str) -> int | None:
     return candidates[0].step if candidates else None
 
 
-def trial(uri: str, ranks: int, steps: int, after_s: float | None) -> dict:
-    """One training, its launcher sent a SIGTERM `after_s` seconds after its first step (None:
-    not at all)."""
+def training_span_s(uri: str, ranks: int, steps: int) -> float:
+    """Seconds from the first step's end to the last's, in a training left alone."""
+    proc = launch(uri, ranks, "--steps", str(steps))
+    ends = [time.monotonic() for line in proc.stdout if line.startswith("trained")]
+    assert proc.wait() == 0 and len(ends) == steps, proc.stderr.read()
+    return ends[-1] - ends[0]
+
+
+def trial(uri: str, ranks: int, steps: int, after_s: float) -> dict:
+    """One training, its launcher sent a SIGTERM `after_s` seconds after its first step."""
     proc = launch(uri, ranks, "--steps", str(steps))
     first = proc.stdout.readline()
-    started = time.monotonic()
-    signalled = False
-    if after_s is not None:
-        time.sleep(after_s)
-        signalled = proc.poll() is None
-        if signalled:
-            proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    trained = [int(n) for n in re.findall(r"^trained (\d+)$", first + out, re.M)]
-    reached = max(trained, default=0)
+    time.sleep(after_s)
+    signalled = proc.poll() is None
+    if signalled:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    reached = max(map(int, re.findall(r"^trained (\d+)$", first + out, re.M)), default=0)
     saved = committed_step(uri) or 0
-    finished = reached == steps
+    noticed = "termination notice" in err  # a rank took the SIGTERM during its training
     crashed = "Traceback" in err
-    # The truth: 0 once trained to the end and saved, 75 once stopped with every step saved,
-    # and a failure code otherwise.
-    truth = 0 if finished and saved == steps else 75 if not crashed and saved == reached else 1
-    code = proc.returncode
+    if saved == reached and not crashed:  # stopped (75) or finished (0), nothing lost
+        right = {EXIT_PREEMPTED} if reached < steps else {0, EXIT_PREEMPTED} if noticed else {0}
+    else:  # a failure, whatever it is
+        right = set(range(1, 256)) - {EXIT_PREEMPTED}
     return {
         "ranks": ranks,
-        "signalled": signalled,
-        "stopped_early": not finished,
-        "final_save": not finished and saved == reached,
-        "lost": reached - saved,
-        "code": code,
-        "wrong_code": code != truth if truth in (0, 75) else code in (0, 75),
+        "after_s": round(after_s, 3),
+        "in_training": signalled and (noticed or reached < steps),
+        "final_save": bool(re.search(rf"final save at step {reached} durable", err)),
+        "reached": reached,
+        "saved": saved,
+        "code": proc.returncode,
+        "wrong_code": proc.returncode not in right,
         "worker_killed": "is killed by signal" in err,
         "crashed": crashed,
-        "trained_s": time.monotonic() - started,
     }
 
 
@@ -198,21 +204,19 @@ def main() -> None:
         import boto3
 
         boto3.client("s3").create_bucket(Bucket="trials")
-        # The window: how long one and two ranks train from the first step to the last.
-        window = {
-            ranks: trial(f"s3://trials/calibrate-{ranks}", ranks, args.steps, None)["trained_s"]
-            for ranks in (1, 2)
-        }
+        span = {ranks: training_span_s(f"s3://trials/span-{ranks}", ranks, args.steps)
+                for ranks in (1, 2)}  # fmt: skip
         for n in range(args.trials):
             ranks = 1 + n % 2
             uri = f"s3://trials/{uuid.uuid4().hex}"
-            results.append(trial(uri, ranks, args.steps, pick.uniform(0, window[ranks])))
-    stopped = [r for r in results if r["signalled"] and r["stopped_early"]]
+            results.append(trial(uri, ranks, args.steps, pick.uniform(0, span[ranks])))
+            print(json.dumps(results[-1]), flush=True)  # a trial's line, as it ends
+    stopped = [r for r in results if r["in_training"]]
     summary = {
         "trials": len(results),
         "sigterms_in_training": len(stopped),
         "final_saves": sum(r["final_save"] for r in stopped),
-        "steps_lost": sum(r["lost"] for r in results),
+        "steps_lost": sum(r["reached"] - r["saved"] for r in results),
         "wrong_exit_codes": sum(r["wrong_code"] for r in results),
         "worker_deaths": sum(r["worker_killed"] for r in results),
         "crashes": sum(r["crashed"] for r in results),
