@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from spotsafe.preemption import EXIT_PREEMPTED
@@ -194,11 +195,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--jobs", type=int, default=1, help="trials run at a time")
     args = parser.parse_args()
     from spotsafe.local.servers import LOCAL_AWS_ENV, s3_server
 
     pick = random.Random(args.seed)
-    results = []
     with s3_server() as endpoint:
         os.environ.update(LOCAL_AWS_ENV, AWS_ENDPOINT_URL=endpoint)
         import boto3
@@ -206,11 +207,15 @@ def main() -> None:
         boto3.client("s3").create_bucket(Bucket="trials")
         span = {ranks: training_span_s(f"s3://trials/span-{ranks}", ranks, args.steps)
                 for ranks in (1, 2)}  # fmt: skip
-        for n in range(args.trials):
-            ranks = 1 + n % 2
-            uri = f"s3://trials/{uuid.uuid4().hex}"
-            results.append(trial(uri, ranks, args.steps, pick.uniform(0, span[ranks])))
-            print(json.dumps(results[-1]), flush=True)  # a trial's line, as it ends
+        moments = [(1 + n % 2, pick.uniform(0, span[1 + n % 2])) for n in range(args.trials)]
+
+        def one(ranks: int, after_s: float) -> dict:
+            result = trial(f"s3://trials/{uuid.uuid4().hex}", ranks, args.steps, after_s)
+            print(json.dumps(result), flush=True)  # a trial's line, as it ends
+            return result
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(one, *zip(*moments, strict=True)))
     stopped = [r for r in results if r["in_training"]]
     summary = {
         "trials": len(results),
