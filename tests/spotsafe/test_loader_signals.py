@@ -108,10 +108,33 @@ def uninterrupted(
     return final_state
 
 
-def newest_step(uri: str) -> int | None:
-    """The step of the newest checkpoint that verifies (read with aws_env's settings)."""
-    candidates = Checkpointer(uri, read_only=True).candidates()
-    return candidates[0].step if candidates else None
+class Interrupted:
+    """One training on its own checkpoint prefix: started with a signal to come, then resumed
+    to the end and compared with the training left alone."""
+
+    def __init__(self, env: dict[str, str], uri: str, uninterrupted, out: Path) -> None:
+        self.env, self.uri, self.uninterrupted, self.out = env, uri, uninterrupted, out
+
+    def start(self, ranks: int, *args: str) -> subprocess.Popen:
+        return start(self.env, self.uri, ranks, *args)
+
+    def newest_step(self) -> int | None:
+        """The step of the newest checkpoint that verifies."""
+        candidates = Checkpointer(self.uri, read_only=True).candidates()
+        return candidates[0].step if candidates else None
+
+    def resume_exactly(self, ranks: int, saved: int) -> None:
+        """Resume from step `saved` to the end: every tensor as the uninterrupted run's."""
+        resumed, first = train_to_the_end(self.env, self.uri, ranks, self.out)
+        assert first == saved + 1
+        assert_bitwise_equal(resumed, self.uninterrupted(ranks))
+
+
+@pytest.fixture
+def interrupted(
+    aws_env: str, env: dict[str, str], bucket: str, uninterrupted, tmp_path: Path
+) -> Interrupted:
+    return Interrupted(env, f"s3://{bucket}/{uuid.uuid4().hex}", uninterrupted, tmp_path / "out")
 
 
 @pytest.mark.parametrize(
@@ -124,39 +147,21 @@ def newest_step(uri: str) -> int | None:
     ],
 )
 def test_sigterm_inside_a_step_final_save_exit_75_and_exact_resume(
-    aws_env: str,
-    env: dict[str, str],
-    bucket: str,
-    uninterrupted: Callable[[int], dict],
-    tmp_path: Path,
-    ranks: int,
-    send: str,
+    interrupted: Interrupted, ranks: int, send: str
 ) -> None:
-    uri = f"s3://{bucket}/{uuid.uuid4().hex}"
-    proc = start(env, uri, ranks, "--at-step", "7", "--send", send)
+    proc = interrupted.start(ranks, "--at-step", "7", "--send", send)
     out, err = proc.communicate(timeout=300)
     assert "is killed by signal" not in err and "Traceback" not in err, err[-3000:]
     assert proc.returncode == EXIT_PREEMPTED, err[-3000:]
     assert trained(out)[-1] == 7
     assert re.findall(r"final save at step (\d+) durable", err) == ["7"] * max(ranks, 1)
-    assert newest_step(uri) == 7
-
-    resumed, first = train_to_the_end(env, uri, ranks, tmp_path / "state.pt")
-    assert first == 8
-    assert_bitwise_equal(resumed, uninterrupted(ranks))
+    assert interrupted.newest_step() == 7
+    interrupted.resume_exactly(ranks, saved=7)
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_sigterm_to_the_launcher_at_a_random_moment(
-    aws_env: str,
-    env: dict[str, str],
-    bucket: str,
-    uninterrupted: Callable[[int], dict],
-    tmp_path: Path,
-    ranks: int,
-) -> None:
-    uri = f"s3://{bucket}/{uuid.uuid4().hex}"
-    proc = start(env, uri, ranks)
+def test_sigterm_to_the_launcher_at_a_random_moment(interrupted: Interrupted, ranks: int) -> None:
+    proc = interrupted.start(ranks)
     first = proc.stdout.readline()
     moment = random.uniform(0, 2.0)  # a training of STEPS steps takes about that, or longer
     time.sleep(moment)
@@ -164,31 +169,20 @@ def test_sigterm_to_the_launcher_at_a_random_moment(
     out, err = proc.communicate(timeout=300)
     reached = trained(first + out)[-1]
     assert "is killed by signal" not in err and "Traceback" not in err, (moment, err[-3000:])
-    assert newest_step(uri) == reached, moment  # nothing trained is lost
+    assert interrupted.newest_step() == reached, moment  # nothing trained is lost
     assert proc.returncode in ((0, EXIT_PREEMPTED) if reached == STEPS else (EXIT_PREEMPTED,))
     if reached < STEPS:
-        resumed, first_step = train_to_the_end(env, uri, ranks, tmp_path / "state.pt")
-        assert first_step == reached + 1
-        assert_bitwise_equal(resumed, uninterrupted(ranks))
+        interrupted.resume_exactly(ranks, saved=reached)
 
 
-def test_sigkill_of_the_node_inside_a_step_resumes_exactly(
-    aws_env: str,
-    env: dict[str, str],
-    bucket: str,
-    uninterrupted: Callable[[int], dict],
-    tmp_path: Path,
-) -> None:
-    uri = f"s3://{bucket}/{uuid.uuid4().hex}"
-    proc = start(env, uri, 2, "--at-step", "14", "--send", "kill")
+def test_sigkill_of_the_node_inside_a_step_resumes_exactly(interrupted: Interrupted) -> None:
+    proc = interrupted.start(2, "--at-step", "14", "--send", "kill")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, err[-3000:]
     assert trained(out)[-1] == 13
-    assert newest_step(uri) == 10  # the last periodic save: steps 11 to 14 are trained again
-
-    resumed, first = train_to_the_end(env, uri, 2, tmp_path / "state.pt")
-    assert first == 11
-    assert_bitwise_equal(resumed, uninterrupted(2))
+    # The last periodic save: steps 11 to 14 are trained again.
+    assert interrupted.newest_step() == 10
+    interrupted.resume_exactly(2, saved=10)
 
 
 def test_the_benchmarks_trials_lose_nothing_and_exit_right() -> None:
