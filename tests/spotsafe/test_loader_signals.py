@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 import torch
-from spotsafe import Checkpointer
+from spotsafe import Checkpointer, worker_signals
 from spotsafe.local.servers import LOCAL_AWS_ENV
 from spotsafe.preemption import EXIT_PREEMPTED
 from spotsafe_harness import BIN, create_bucket
+from torch.utils.data import TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 LOADER_SIGTERMS = Path(__file__).parents[2] / "benchmarks" / "loader_sigterms.py"
 STEPS = 30  # epochs of 16 batches on one rank, of 8 on each of two: the run crosses epochs
@@ -108,6 +110,33 @@ def uninterrupted(
     return final_state
 
 
+def test_shielded_workers_outlive_a_foreign_sigterm_and_still_end() -> None:
+    """In one process, the rank: its workers drop a SIGTERM from another process (`kill`, as
+    torchrun's agent), end on the loader's own (terminate) and its shutdown, die of SIGKILL."""
+    loader = StatefulDataLoader(TensorDataset(torch.arange(64.0)), batch_size=4, num_workers=2)
+    worker_signals.shield(loader)
+    with worker_signals.held(loader):
+        batches = iter(loader)
+    next(batches)
+    workers = list(batches._workers)
+    subprocess.run(["kill", "-TERM", *(str(w.pid) for w in workers)], check=True)
+    time.sleep(1)  # time to die, had they not shielded
+    assert all(w.is_alive() for w in workers)
+    assert len(list(batches)) == 15  # every batch left, the iterator ended: shut down
+    assert [w.exitcode for w in workers] == [0, 0]
+
+    batches = iter(loader)
+    next(batches)
+    stuck, killed = batches._workers
+    stuck.terminate()  # what the loader does with a worker that does not stop when asked
+    stuck.join(timeout=10)
+    assert stuck.exitcode == 0
+    with pytest.raises(RuntimeError, match=r"killed by signal: Killed"):
+        subprocess.run(["kill", "-KILL", str(killed.pid)], check=True)
+        for _ in range(100):  # torch's SIGCHLD handler raises in here
+            time.sleep(0.05)
+
+
 class Interrupted:
     """One training on its own checkpoint prefix: started with a signal to come, then resumed
     to the end and compared with the training left alone."""
@@ -170,7 +199,8 @@ def test_sigterm_to_the_launcher_at_a_random_moment(interrupted: Interrupted, ra
     reached = trained(first + out)[-1]
     assert "is killed by signal" not in err and "Traceback" not in err, (moment, err[-3000:])
     assert interrupted.newest_step() == reached, moment  # nothing trained is lost
-    assert proc.returncode in ((0, EXIT_PREEMPTED) if reached == STEPS else (EXIT_PREEMPTED,))
+    right = (0, EXIT_PREEMPTED) if reached == STEPS else (EXIT_PREEMPTED,)
+    assert proc.returncode in right, (moment, err[-3000:])
     if reached < STEPS:
         interrupted.resume_exactly(ranks, saved=reached)
 

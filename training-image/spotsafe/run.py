@@ -206,7 +206,7 @@ class Run:
             sampler = getattr(self.loader, "sampler", None)
             if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch
                 sampler.set_epoch(self.epoch)
-            with worker_signals.held():  # the workers it starts are shielded from birth
+            with worker_signals.held(self.loader):  # the workers it starts are shielded from birth
                 batches = iter(self.loader)
             self._progress.started()
             empty = True

@@ -18,7 +18,7 @@ How, of the ways there are:
   torch's watchdog as before.
 
 A signal that comes while a worker starts, before the shield is up, must not kill it either:
-the rank holds both signals in the thread that starts the workers (``held``); a forked or
+the rank holds both signals in the thread that starts the workers (``held``): a forked or
 spawned worker inherits that mask, and the signal waits in it until the shield takes it. The
 rank itself still gets its own: another of its threads takes it, or it comes once released.
 """
@@ -60,13 +60,19 @@ def _take_signals(rank: int) -> None:
 
 def shield(loader: Any) -> None:
     """Make the loader's worker processes leave SIGTERM and SIGINT to the rank (see above)."""
+    if not hasattr(signal, "sigwaitinfo"):  # macOS: the workers keep torch's own handling
+        return
     if getattr(loader, "num_workers", 0) and not isinstance(loader.worker_init_fn, ShieldedInit):
         loader.worker_init_fn = ShieldedInit(loader.worker_init_fn)
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
-    """Hold SIGTERM and SIGINT in this thread while it starts loader workers."""
+def held(loader: Any) -> Iterator[None]:
+    """Hold SIGTERM and SIGINT in this thread while it starts a shielded loader's workers (a
+    worker without the shield would hold them for good)."""
+    if not isinstance(getattr(loader, "worker_init_fn", None), ShieldedInit):
+        yield
+        return
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED)
     try:
         yield
