@@ -4,6 +4,7 @@ one torch import."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import subprocess
@@ -21,16 +22,17 @@ from spotsafe_harness import RendezvousStore
 SPOTSAFE_RUN = str(Path(sys.executable).parent / "spotsafe-run")
 
 # Rank r exits with argv[1 + r]; "kill" makes it SIGKILL itself, "wait" waits for a SIGTERM
-# and exits 75 on it, as the runtime does after its final save; "launcher" prints what tells
-# the runtime its launcher.
+# and exits 75 on it, as the runtime does after its final save, "crash" exits 1 on it instead
+# (a rank whose loader worker died of it); "launcher" prints what tells the runtime its
+# launcher.
 RANK = textwrap.dedent(
     """
     import os, signal, sys, time
     action = sys.argv[1 + int(os.environ["RANK"])]
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    if action == "wait":
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(75))
+    if action in ("wait", "crash"):
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(75 if action == "wait" else 1))
         print("ready", flush=True)
         time.sleep(60)
     if action == "launcher":  # what the runtime reads to warn about a launcher losing 75
@@ -96,6 +98,38 @@ def test_sigterm_to_the_launcher_exits_75(tmp_path: Path) -> None:
     # torchrun forwards the SIGTERM to the ranks, waits for them and exits 1.
     assert proc.returncode == EXIT_PREEMPTED, err
     assert "SIGTERM: stopped for a preemption; exit 75" in err
+
+
+def test_a_rank_that_crashes_on_the_sigterm_is_a_failure_not_a_preemption(
+    tmp_path: Path,
+) -> None:
+    proc = launch(tmp_path, "wait", "crash")
+    wait_ready(proc, ranks=2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    [line] = [line for line in err.splitlines() if line.startswith("SIGTERM:")]
+    assert re.fullmatch(
+        r"SIGTERM: local rank 1 \(pid \d+\) failed \(exit 1\) while the ranks stopped for a "
+        r"preemption: exit 1, not 75",
+        line,
+    ), line
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        ([EXIT_PREEMPTED, EXIT_PREEMPTED], EXIT_PREEMPTED),
+        ([EXIT_PREEMPTED, 0], EXIT_PREEMPTED),  # one rank had finished
+        ([0, 0], 0),  # the SIGTERM came after the end
+        ([-signal.SIGTERM], EXIT_PREEMPTED),  # a rank still starting: nothing to save
+        ([], EXIT_PREEMPTED),  # no rank started yet
+        ([EXIT_PREEMPTED, -signal.SIGKILL], 128 + signal.SIGKILL),  # its save outlasted the grace
+        ([1, EXIT_PREEMPTED], 1),
+    ],
+)
+def test_exit_code_after_a_sigterm_tells_a_crash(codes: list[int], expected: int) -> None:
+    assert launcher.exit_code(codes, sigterm=True) == expected
 
 
 def test_a_rendezvous_store_lost_after_the_ranks_ran_is_a_stop_not_a_failure(

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from spotsafe import goodput, launcher, metrics
+from spotsafe import goodput, launcher, metrics, worker_signals
 from spotsafe.checkpointer import Checkpointer
 from spotsafe.data import LoaderGenerator
 from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
@@ -107,6 +107,7 @@ class Run:
         if RUN_KEY in state:
             raise ConfigError(f"state[{RUN_KEY!r}] is the run's own entry; name yours otherwise")
         self.loader = _checked(loader)
+        worker_signals.shield(self.loader)
         self.guard = PreemptionGuard.from_env()
         launcher.warn_if_exit_code_lost()
         if isinstance(checkpoint, Checkpointer):
@@ -205,7 +206,8 @@ class Run:
             sampler = getattr(self.loader, "sampler", None)
             if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch
                 sampler.set_epoch(self.epoch)
-            batches = iter(self.loader)
+            with worker_signals.held(self.loader):  # the workers it starts are shielded from birth
+                batches = iter(self.loader)
             self._progress.started()
             empty = True
             for batch in batches:
