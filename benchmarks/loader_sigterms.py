@@ -41,6 +41,9 @@ from pathlib import Path
 from spotsafe.preemption import EXIT_PREEMPTED
 
 SPOTSAFE_RUN = str(Path(sys.executable).parent / "spotsafe-run")
+# As the Job template sets them on AWS: the runtime's deadline and torchrun's wait for its ranks
+# after a SIGTERM are the notice (torchrun's own 30 s kills ranks still tearing down).
+NOTICE = {"SPOTSAFE_SIGTERM_GRACE_S": "120", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "120"}
 SAMPLES, BATCH, EVERY = 64, 4, 10  # 16 batches an epoch on one rank, 8 on each of two
 
 
@@ -139,6 +142,7 @@ def launch(uri: str, ranks: int, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **NOTICE},
         start_new_session=True,
     )  # fmt: skip
 

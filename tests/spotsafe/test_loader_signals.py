@@ -69,7 +69,9 @@ def assert_bitwise_equal(state: dict, reference: dict) -> None:
 
 @pytest.fixture(scope="module")
 def env(s3_endpoint: str) -> dict[str, str]:
-    return {**os.environ, **LOCAL_AWS_ENV, "AWS_ENDPOINT_URL": s3_endpoint}
+    # The notice as the Job template passes it on AWS (benchmarks/loader_sigterms.py's NOTICE).
+    notice = {"SPOTSAFE_SIGTERM_GRACE_S": "120", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "120"}
+    return {**os.environ, **LOCAL_AWS_ENV, "AWS_ENDPOINT_URL": s3_endpoint, **notice}
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,8 @@ def exit_code(exit_codes: list[int], sigterm: bool = False) -> int:
     rank's: 75 only when each ended with 75 (its final save made), finished (0) or died of the
     SIGTERM itself (a rank still starting, with nothing trained to save); 0 when all finished.
     Any other code is a crash, not a preemption: exit 1 of a rank that raised while stopping,
-    137 of one torchrun killed because its final save outlasted the grace.
+    137 of one torchrun killed at the end of its shutdown timeout (its final save, or its exit
+    after it, outlasted the timeout: the launcher cannot tell which).
     """
     stops = {EXIT_PREEMPTED, -signal.SIGTERM} | ({0} if sigterm else set())
     causes = [code for code in exit_codes if code not in stops]
