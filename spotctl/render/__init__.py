@@ -31,15 +31,6 @@ from components.versions import KUBERNETES_VERSION
 from spotctl.options import ProgramOption, StackOption
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail
 from spotctl.preview.resources import PreviewError
-from spotctl.render.manifests import (
-    RenderError,
-    major_minor,
-    render_stack,
-    scheduling_problems,
-    validate,
-    validated_versions,
-    write,
-)
 
 
 def command(
@@ -59,6 +50,16 @@ def command(
     force: ForceOption = False,
 ) -> None:
     """Write every Kubernetes object the stack would apply, plus its training Job templates."""
+    from spotctl.render.manifests import (
+        RenderError,
+        major_minor,
+        render_stack,
+        scheduling_problems,
+        validate,
+        validated_versions,
+        write,
+    )
+
     # Every input and output is checked before the preview's minute of work.
     missing = [str(d) for d in crds or [] if not d.is_dir()]
     if check and missing:
