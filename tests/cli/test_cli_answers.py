@@ -1,20 +1,24 @@
 """The CLI answers at once: `--help`, a usage error and `spotctl plan` load none of the heavy
-packages (torch, Pulumi, matplotlib, boto3) the other commands need; `-h` and `--version` work;
-options that take one of a few values list them in `--help` and refuse others in one line; a rate
-far outside any measured one is warned about in the unit it was read in."""
+packages (torch, Pulumi, matplotlib, boto3) the other commands need; a bad input of `preview` is
+refused before the engine starts; the preview says what it is doing while it works; `-h` and
+`--version` work; options that take one of a few values list them in `--help` and refuse others
+in one line; a rate far outside any measured one is warned about in the unit it was read in."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from spotctl.cli import app
 
+PROGRAMS = Path(__file__).parents[1] / "policies" / "programs"
 HEAVY = ("torch", "pulumi", "pulumi_aws", "matplotlib", "boto3", "numpy", "cel")
 PLAN = ["plan", "--cloud", "aws", "--state-gb", "1", "--step-s", "1", "--job-hours", "10"]
 
@@ -45,11 +49,11 @@ def loaded_by(*args: str) -> list[str]:
     [
         ["--help"],
         ["plan", "-h"],
-        ["preview", "--stack", "prod", "--policy-pack", "no-such-pack"],
+        ["preview", "--stack", "no-such-stack"],
         ["plan", "--cloud", "azure", "--step-s", "1", "--job-hours", "1"],
         [*PLAN, "--interruption-band", "<5%"],
     ],
-    ids=["help", "plan-help", "bad-preview-input", "usage-error", "plan"],
+    ids=["help", "plan-help", "no-such-stack", "usage-error", "plan"],
 )
 def test_quick_answers_load_no_heavy_package(args: list[str]) -> None:
     assert loaded_by(*args) == []
@@ -105,3 +109,40 @@ def test_an_implausible_rate_is_warned_about_in_its_unit() -> None:
     assert "--interruption-band" in warning
     plausible = CliRunner().invoke(app, [*PLAN, "--interruptions-per-hour", "0.002"])
     assert plausible.exit_code == 0 and plausible.stderr == ""
+
+
+def spotctl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("spotctl")), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy-pack", "policy"], "error: --policy-pack policy: no PulumiPolicy.yaml"),
+        (["--policy-pack-config", "missing.json"], "error: --policy-pack-config missing.json: "),
+        (["--program", "nowhere"], "error: nowhere: no Pulumi.yaml"),
+    ],
+)
+def test_a_bad_preview_input_is_refused_before_the_engine_starts(
+    args: list[str], message: str
+) -> None:
+    result = spotctl("preview", "--stack", "prod", *args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_the_preview_says_what_it_does_while_it_works() -> None:
+    program = PROGRAMS / "untainted-spot-pool"
+    result = spotctl("preview", "--stack", "test", "--program", str(program))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    progress = re.compile(r"\[ *\d+\.\d s\] preview test: ")
+    assert lines and all(progress.match(line) for line in lines), lines
+    assert lines[0].endswith("starting the engine (Pulumi and the providers load first)")
+    created = re.search(r"\+ (\d+) to create", result.stdout).group(1)
+    assert lines[-1].endswith(f"previewed, {created} resources")
