@@ -2,10 +2,12 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 .PHONY: setup drill test lint
 
-setup: $(STAMP) policies/venv
+setup: $(STAMP) $(CHECKOV_STAMP) policies/venv
 
 # The policy pack's virtualenv (PulumiPolicy.yaml) is the repository's.
 policies/venv:
@@ -24,6 +26,13 @@ $(STAMP): pyproject.toml training-image/pyproject.toml training-image/torch.txt
 	$(PY) -m pip install -q --requirement training-image/torch.txt \
 		-e './training-image[gcs,local,hf,lightning]' -e '.[dev]'
 	touch $(STAMP)
+
+# checkov in its own virtualenv: its pins (boto3) clash with the runtime's; the tests run its binary.
+$(CHECKOV_STAMP): policies/checkov/requirements.txt
+	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install -q --requirement policies/checkov/requirements.txt
+	touch $@
 
 drill: setup
 	$(VENV)/bin/spotctl drill

@@ -9,12 +9,7 @@ from __future__ import annotations
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components.aws.platform import build_aws
 from components.config import ConfigError, StackConfig, load_values
-from components.gcp.platform import build_gcp
-from components.k8s.layer import build_kubernetes
-
-BUILDERS = {"aws": build_aws, "gcp": build_gcp}
 
 
 def stack_values() -> dict[str, str]:
@@ -34,9 +29,21 @@ def read_stack_config() -> StackConfig:
         raise pulumi.RunError(str(exc)) from None
 
 
-settings = read_stack_config()
-try:
-    platform = BUILDERS[settings.cloud](settings)
-except ConfigError as exc:  # a check against the account, e.g. its quotas now
-    raise pulumi.RunError(str(ConfigError(exc.problems, pulumi.Config().name))) from None
-build_kubernetes(settings, platform)
+def build(settings: StackConfig) -> None:
+    """The cloud's platform, then the Kubernetes layer on it. Their modules load here, once the
+    config is valid, and only the stack's cloud's: the provider SDKs take seconds to load, and a
+    config error need not wait for them."""
+    from components.k8s.layer import build_kubernetes
+
+    if settings.cloud == "aws":
+        from components.aws.platform import build_aws as build_platform
+    else:
+        from components.gcp.platform import build_gcp as build_platform
+    try:
+        platform = build_platform(settings)
+    except ConfigError as exc:  # a check against the account, e.g. its quotas now
+        raise pulumi.RunError(str(ConfigError(exc.problems, pulumi.Config().name))) from None
+    build_kubernetes(settings, platform)
+
+
+build(read_stack_config())

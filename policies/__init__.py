@@ -2,35 +2,37 @@
 domain.
 
 `ALL_POLICIES` is what `__main__.py` hands to `PolicyPack`; the README table is generated from it.
+It is built on first use (PEP 562): the checkov checks share `spot_workloads` and `inputs` with
+the pack, and import them in checkov's own environment, which has no pulumi-policy.
 """
 
-from policies import (
-    aws_alerts,
-    aws_iam,
-    aws_node_pools,
-    aws_storage,
-    cost_tags,
-    exposure,
-    gcp_iam,
-    gcp_monitoring,
-    gcp_node_pools,
-    gcp_storage,
-    kubernetes,
-    waiver_rules,
+import importlib
+
+# The modules whose POLICIES the pack runs, in this order; the waiver rules last: they read what
+# the policies before them left to the waivers.
+MODULES = (
+    "aws_storage",
+    "aws_iam",
+    "aws_alerts",
+    "aws_node_pools",
+    "cost_tags",
+    "exposure",
+    "kubernetes",
+    "gcp_storage",
+    "gcp_iam",
+    "gcp_monitoring",
+    "gcp_node_pools",
+    "waiver_rules",
 )
 
-ALL_POLICIES = [
-    *aws_storage.POLICIES,
-    *aws_iam.POLICIES,
-    *aws_alerts.POLICIES,
-    *aws_node_pools.POLICIES,
-    *cost_tags.POLICIES,
-    *exposure.POLICIES,
-    *kubernetes.POLICIES,
-    *gcp_storage.POLICIES,
-    *gcp_iam.POLICIES,
-    *gcp_monitoring.POLICIES,
-    *gcp_node_pools.POLICIES,
-    # Last: they read what the policies before them left to the waivers.
-    *waiver_rules.POLICIES,
-]
+
+def __getattr__(name: str) -> object:
+    if name != "ALL_POLICIES":
+        raise AttributeError(f"module 'policies' has no attribute {name!r}")
+    value = [
+        policy
+        for module in MODULES
+        for policy in importlib.import_module(f"policies.{module}").POLICIES
+    ]
+    globals()[name] = value
+    return value

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pulumi_policy import PolicyResource
+if TYPE_CHECKING:  # annotations only: the checkov checks import this without pulumi-policy
+    from pulumi_policy import PolicyResource
 
 
 def dig(value: Any, *path: str | int, default: Any = None) -> Any:

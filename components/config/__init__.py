@@ -8,45 +8,43 @@ Modules, side by side:
 - `document` and `loading`: from config values to a validated `StackConfig`, or a `ConfigError`;
 - `capacity`: whether the stack's capacity can run its jobs, measured against the catalog.
 
-This face re-exports what the components and the CLI import from it.
+This face re-exports what the components and the CLI import from it, each name on first use
+(PEP 562): a command that needs one constant does not build every schema.
 """
 
-from components.config.aws import (
-    INTERRUPTION_QUEUE_RETENTION_SECONDS,
-    ExistingCluster,
-    GpuVcpuQuota,
-    NewCluster,
-    ScheduledSize,
-    Transition,
-)
-from components.config.kubernetes import (
-    NOTICE_SECONDS,
-    NOTICE_SOURCES,
-    UNBUILT_IMAGE,
-    KubernetesConfig,
-    KueueConfig,
-    MonitoringConfig,
-    NoticeWindow,
-)
-from components.config.loading import ConfigError, load_config, load_values
-from components.config.stack import StackConfig
+import importlib
 
-__all__ = [
-    "INTERRUPTION_QUEUE_RETENTION_SECONDS",
-    "NOTICE_SECONDS",
-    "NOTICE_SOURCES",
-    "UNBUILT_IMAGE",
-    "ConfigError",
-    "ExistingCluster",
-    "GpuVcpuQuota",
-    "KubernetesConfig",
-    "KueueConfig",
-    "MonitoringConfig",
-    "NewCluster",
-    "NoticeWindow",
-    "ScheduledSize",
-    "StackConfig",
-    "Transition",
-    "load_config",
-    "load_values",
-]
+# Each name of the face, and the module that defines it.
+_FACE = {
+    "INTERRUPTION_QUEUE_RETENTION_SECONDS": "aws",
+    "ExistingCluster": "aws",
+    "GpuVcpuQuota": "aws",
+    "NewCluster": "aws",
+    "ScheduledSize": "aws",
+    "Transition": "aws",
+    "NOTICE_SECONDS": "kubernetes",
+    "NOTICE_SOURCES": "kubernetes",
+    "UNBUILT_IMAGE": "kubernetes",
+    "KubernetesConfig": "kubernetes",
+    "KueueConfig": "kubernetes",
+    "MonitoringConfig": "kubernetes",
+    "NoticeWindow": "kubernetes",
+    "ConfigError": "loading",
+    "load_config": "loading",
+    "load_values": "loading",
+    "StackConfig": "stack",
+}
+
+__all__ = sorted(_FACE)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FACE:
+        raise AttributeError(f"module 'components.config' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"components.config.{_FACE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FACE})

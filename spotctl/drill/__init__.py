@@ -14,10 +14,12 @@ from typing import Annotated
 import typer
 
 from spotctl.drill.config import GKE_PERCENT, RECOVERY_S, CloudRun, DrillConfig, Prices
-from spotctl.options import ProgramOption
+from spotctl.options import ProgramOption, choices
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail, output_file
 
 D = DrillConfig
+Size = choices("Size", ("small", "medium"))
+NoticeSources = choices("NoticeSources", ("any", "gcp"))
 
 
 def command(
@@ -25,7 +27,7 @@ def command(
     jobs: Annotated[int, typer.Option(help="Training jobs to run.")] = D.jobs,
     steps: Annotated[int, typer.Option(help="Steps per job.")] = D.steps,
     every_steps: Annotated[int, typer.Option(help="Checkpoint every K steps.")] = D.every_steps,
-    size: Annotated[str, typer.Option(help="Example model size: small or medium.")] = D.size,
+    size: Annotated[Size, typer.Option(help="Example model size.")] = D.size,
     spot_nodes: Annotated[int, typer.Option(help="Nodes in the spot pool.")] = D.spot_nodes,
     on_demand_nodes: Annotated[
         int, typer.Option(help="Nodes in the on-demand pool.")
@@ -50,7 +52,7 @@ def command(
         typer.Option(help="Seconds after the start between which spot cannot be provisioned."),
     ] = D.stockout_s,
     cloud: Annotated[
-        str,
+        NoticeSources,
         typer.Option(help="Notices of the spot pool: any (every path in turn) or gcp (GCE only)."),
     ] = D.cloud,
     final_phase: Annotated[
@@ -124,8 +126,6 @@ def command(
     if dry_run:
         raise fail(OutputError("--dry-run goes with --cloud-run: the local drill touches no cloud"))
 
-    if size not in ("small", "medium"):
-        raise typer.BadParameter("--size must be small or medium", param_hint="--size")
     try:
         config = DrillConfig(
             seed=seed,

@@ -273,7 +273,7 @@ def table(report: dict):
     g = report["goodput"]
     table = Table(title=f"Goodput over the cloud drill's window ({report['duration_s']:.0f} s)")
     for column in ("run", "time (s)", "goodput", *ACCOUNTS, "notices", "trains at end"):
-        table.add_column(column.replace("_", " "))
+        table.add_column(column.replace("_", " "), overflow="fold")
     rows = [(name, j, r) for (name, j), r in zip(g["jobs"].items(), report["jobs"], strict=True)]
     for name, j, r in rows:
         total = j["run_s"]

@@ -224,7 +224,7 @@ def tables(report: dict):
 
     interruptions = Table(title="Interruptions")
     for column in ("job", "node", "kind", "lost steps", "notice→durable", "notice→resume"):
-        interruptions.add_column(column)
+        interruptions.add_column(column, overflow="fold")
     for i in report["interruptions"]:
         interruptions.add_row(
             i["job"],
@@ -237,7 +237,7 @@ def tables(report: dict):
 
     jobs = Table(title="Jobs")
     for column in ("job", "finished", "restarts", "interventions", "weights = reference"):
-        jobs.add_column(column)
+        jobs.add_column(column, overflow="fold")
     for j in report["jobs"]:
         same = j["weights_sha256"] is not None and j["weights_sha256"] == j["reference_sha256"]
         jobs.add_row(
@@ -250,7 +250,7 @@ def tables(report: dict):
 
     goals, g = Table(title="Goals"), report["goals"]
     for column in ("measure", "value", "goal", "met"):
-        goals.add_column(column)
+        goals.add_column(column, overflow="fold")
     rows = [
         ("lost steps, noticed preemptions", g["noticed_lost_steps"], 0, "=="),
         ("max notice → durable (s)", g["max_notice_to_durable_s"], GOAL_NOTICE_TO_DURABLE_S, "<="),
@@ -294,7 +294,7 @@ def tables(report: dict):
 
     cost, c = Table(title="Pools and cost"), report["cost"]
     for column in ("pool", "node-s", "utilisation", "no pod on node", "USD/node-h"):
-        cost.add_column(column)
+        cost.add_column(column, overflow="fold")
     for name, p in report["pools"].items():
         cost.add_row(
             name,
@@ -321,7 +321,7 @@ def planner_table(check: dict):
 
     table = Table(title="The planner against the drill (shares of the jobs' time)")
     for column in ("figure", "measured", "planned", "gap"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for name, f in check["figures"].items():
         shares = (f"{f[key]:.1%}" for key in ("measured", "predicted", "gap"))
         table.add_row(name.replace("_", " "), *shares)
@@ -350,7 +350,7 @@ def projection_table(projected: dict):
         "interventions",
         "recovery",
     ):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for band, arms in projected["bands"].items():
         p, b = arms["platform"], arms["baseline"]
         met = "met" if p["badput"] <= goal else "MISSED"
@@ -375,7 +375,7 @@ def badput_table(title: str, goodput: dict):
 
     table = Table(title=title)
     for column in ("of", "time (s)", "goodput", *accounting.ACCOUNTS):
-        table.add_column(column.replace("_", " "))
+        table.add_column(column.replace("_", " "), overflow="fold")
     parts = [("all nodes", goodput, "paid_s")]
     parts += [(pool, p, "paid_s") for pool, p in goodput["pools"].items() if p["paid_s"] > 0]
     parts += [(job, j, "run_s") for job, j in goodput["jobs"].items()]
@@ -397,7 +397,7 @@ def comparison(report: dict):
     b = report["baseline"]
     table = Table(title="Platform against baseline (same interruption schedule)")
     for column in ("measure", "platform", "baseline"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for key, label, _, form in COMPARED:
         cells = [_format(form, report["comparison"][key][arm]) for arm in ("platform", "baseline")]
         if key == "time_to_finish_s" and not b["finished"]:

@@ -16,9 +16,8 @@ from typing import Annotated
 
 import typer
 
-from components.config import NOTICE_SECONDS, NoticeWindow
 from spotctl.drill.config import Prices
-from spotctl.options import ProgramOption
+from spotctl.options import ProgramOption, choices
 from spotctl.outputs import OutputError, fail, output_file
 from spotctl.plan import costs
 from spotctl.plan.model import HOUR_S, Scenario, SpotJob, expected, interval_s
@@ -43,6 +42,10 @@ HOURS_PER_MONTH = 730.0
 FAILURES_PER_NODE_HOUR = 419 / (54 * 24 * 2048)
 # Below this the plan's figures stop meaning anything: the job does not finish.
 MIN_GOODPUT = 1e-6
+# Above this, a rate per node-hour is more likely a share typed in the wrong unit
+# (`--interruptions-per-hour 5` for 5 %): no published spot band nor failure rate comes near one
+# interruption per node-hour (the Advisor's worst band is about 0.001).
+PLAUSIBLE_PER_NODE_HOUR = 1.0
 NOTICE_SOURCES = {
     "aws": "EC2 spot interruption notice, two minutes, less the 20 s the drain's SIGTERM may "
     "lag it (EventBridge, SQS, Karpenter), as the runtime plans it",
@@ -63,6 +66,13 @@ MODEL = [
     "on-demand runs the same job with the same failures and no spot notices, at its own interval",
     "long-run averages: the job spans many intervals and interruptions",
 ]
+
+
+# The clouds whose notice the planner knows (NOTICE_SECONDS), named here so `--help` lists them
+# without loading the stack schema.
+Cloud = choices("Cloud", ("aws", "gcp"))
+Band = choices("Band", BANDS)
+Image = choices("Image", IMAGE_MECHANISMS)
 
 
 class PlanError(ValueError):
@@ -110,6 +120,8 @@ def scenario(i: Inputs) -> Scenario:
         raise PlanError(f"--save-s ({save:g} s) must be at least the blocking part ({blocked:g} s)")
     restart = i.restart_s if i.restart_s is not None else base.restart_s
     rate, rate_source = _interruption_rate(i)
+    from components.config import NoticeWindow
+
     default = NoticeWindow.default(i.cloud)
     window = NoticeWindow(
         default.grace_s if i.notice_s is None else i.notice_s,
@@ -194,6 +206,8 @@ def _size_assumptions() -> dict:
 
 
 def _check(i: Inputs) -> None:
+    from components.config import NOTICE_SECONDS
+
     positive = {
         "--step-s": i.step_s,
         "--job-hours": i.job_hours,
@@ -238,6 +252,23 @@ def _check(i: Inputs) -> None:
         )
     if (i.spot_price is None) != (i.on_demand_price is None):
         raise PlanError("--spot-price and --on-demand-price go together")
+
+
+def implausible_rates(i: Inputs) -> list[str]:
+    """A warning for each rate far above any measured one, saying the unit it was read in."""
+    rates = {
+        "--interruptions-per-hour": (i.interruptions_per_hour, "spot interruptions"),
+        "--failures-per-hour": (i.failures_per_hour, "failures"),
+    }
+    return [
+        f"{option} {value:g} reads as {value:g} {what} per node-hour, one every "
+        f"{60 / value:.3g} minutes on each node; no published rate comes near "
+        f"{PLAUSIBLE_PER_NODE_HOUR:g}. A share of nodes a month is --interruption-band (e.g. "
+        f"5-10%); 5 % of nodes a month is about {-math.log1p(-0.05) / HOURS_PER_MONTH:.2g} per "
+        "node-hour"
+        for option, (value, what) in rates.items()
+        if value is not None and value > PLAUSIBLE_PER_NODE_HOUR
+    ]
 
 
 def _image(i: Inputs) -> tuple[str, str]:
@@ -286,7 +317,7 @@ def _prices(i: Inputs) -> tuple[float, float, str]:
 
 
 def command(
-    cloud: Annotated[str, typer.Option(help="aws or gcp: sets the notice a pod gets.")],
+    cloud: Annotated[Cloud, typer.Option(help="Sets the notice a pod gets.")],
     step_s: Annotated[float, typer.Option(help="Seconds per training step.")],
     job_hours: Annotated[
         float, typer.Option(help="Hours of training the job needs with no interruption.")
@@ -299,8 +330,8 @@ def command(
         float | None, typer.Option(help="Spot interruptions (with notice) per node-hour.")
     ] = None,
     interruption_band: Annotated[
-        str | None,
-        typer.Option(help=f"Instead: AWS Spot Instance Advisor band, {', '.join(BANDS)}."),
+        Band | None,
+        typer.Option(help="Instead: AWS Spot Instance Advisor band (nodes interrupted a month)."),
     ] = None,
     failures_per_hour: Annotated[
         float, typer.Option(help="Failures without a notice per node-hour.")
@@ -351,7 +382,7 @@ def command(
         ),
     ] = None,
     image: Annotated[
-        str | None,
+        Image | None,
         typer.Option(
             help="How a new node gets the image: pull (default), stream (GKE image streaming, "
             "gcp.image_streaming) or cache (EKS, aws.gpu_ami.image_cache_snapshot)."
@@ -411,6 +442,8 @@ def command(
     except (PlanError, costs.CostError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    for warning in implausible_rates(inputs):
+        typer.echo(f"warning: {warning}", err=True)
     result = report.build(planned)
     console = Console()
     for part in report.tables(result):

@@ -126,8 +126,8 @@ def tables(result: dict) -> list:
         f"{a['interruptions_per_node_hour']:.3g} interruptions per node-hour",
         show_header=False,
     )
-    plan.add_column("measure")
-    plan.add_column("value")
+    plan.add_column("measure", overflow="fold")
+    plan.add_column("value", overflow="fold")
     goal_met = "met" if result["badput_goal_met"] else "MISSED"
     rows = [
         (

@@ -39,30 +39,33 @@ def command(
     policy_pack_config: PolicyPackConfigOption = None,
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
-    from components.config.files import ProgramInputError, find_program
+    from components.config.files import ProgramInputError, find_program, load_project, stack_file
     from spotctl.outputs import OutputError, fail, output_file
-    from spotctl.preview.analyzer import PolicyPackError, read_policy_config
+    from spotctl.progress import Progress
 
-    # Refused before the preview runs: an output that cannot be written, a bad policy config.
+    # Refused before the preview runs: an output that cannot be written, a policy pack or its
+    # config that cannot be used, a program or stack that is not there.
     try:
         if json_path is not None:
             output_file(json_path, "--json")
-        policy_config = read_policy_config(policy_pack_config)
+        policy_config = _policy_inputs(policy_pack, policy_pack_config)
+        program = program or find_program(Path.cwd())
+        stack_file(program, load_project(program), stack)
     except OutputError as exc:
         raise fail(exc) from None
-    except PolicyPackError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        program = program or find_program(Path.cwd())
-        typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
-        previewed = run_preview(program, stack)
-    except PreviewError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1 if exc.crashed else 2) from None
     except ProgramInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    typer.echo(f"Previewing stack {stack!r} of {program.resolve()}")
+    with Progress("preview") as progress:
+        progress.update(stack, "starting the engine (Pulumi and the providers load first)")
+        try:
+            previewed = run_preview(program, stack, on_registered=progress.registrations(stack))
+        except PreviewError as exc:
+            progress.close()
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1 if exc.crashed else 2) from None
+        progress.update(stack, f"previewed, {len(previewed.resources)} resources")
     resources = previewed.resources
     typer.echo(resource_tree(resources))
     if previewed.diagnostics:
@@ -83,6 +86,30 @@ def command(
         check_policies(policy_pack, program, stack, resources, policy_config)
 
 
+def _policy_inputs(pack: Path | None, config: Path | None) -> dict[str, dict[str, Any]]:
+    """The policy config, once the pack's project file and interpreter and the config file
+    are found usable; ProgramInputError names the option otherwise."""
+    if pack is None and config is None:
+        return {}
+    from components.config.files import ProgramInputError
+    from spotctl.preview.analyzer import (
+        PolicyPackError,
+        load_pack_project,
+        pack_python,
+        read_policy_config,
+    )
+
+    try:
+        if pack is not None:
+            pack_python(pack, load_pack_project(pack))
+    except PolicyPackError as exc:
+        raise ProgramInputError(f"--policy-pack {exc}") from None
+    try:
+        return read_policy_config(config)
+    except PolicyPackError as exc:
+        raise ProgramInputError(str(exc)) from None
+
+
 def check_policies(
     pack: Path,
     program: Path,
@@ -92,9 +119,12 @@ def check_policies(
 ) -> None:
     """Prints the pack's violations; exit status 3 on a mandatory one, 2 if the pack cannot run."""
     from spotctl.preview.analyzer import PolicyPackError, check_preview, format_report
+    from spotctl.progress import Progress
 
     try:
-        report = check_preview(pack, program, stack, resources, config)
+        with Progress("preview") as progress:
+            progress.update("policies", f"running the pack {pack} on {len(resources)} resources")
+            report = check_preview(pack, program, stack, resources, config)
     except PolicyPackError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -2,13 +2,14 @@
 
 Pulumi's runtime state is process-global, so `spotctl.preview.resources` starts this module in a
 fresh interpreter per preview:
-`python -m spotctl.preview.engine REQUEST_JSON OUT_JSON [--strict-deprecations]`, where REQUEST_JSON
-holds what the Pulumi CLI hands a program: its directory, its main, the project and stack names and
-the stack's config ({"program_dir", "main", "project", "stack", "config", "secret_keys"}). The
-config is read by the caller: this interpreter imports nothing of `components` before the program
-runs, so the program imports its own copy of it.
+`python -m spotctl.preview.engine REQUEST_JSON OUT_JSON [--strict-deprecations] [--progress-fd N]`,
+where REQUEST_JSON holds what the Pulumi CLI hands a program: its directory, its main, the project
+and stack names and the stack's config ({"program_dir", "main", "project", "stack", "config",
+"secret_keys"}). The config is read by the caller: this interpreter imports nothing of
+`components` before the program runs, so the program imports its own copy of it.
 Exit status: 0 = previewed, 2 = the program rejected its input (pulumi.RunError, e.g. a config
-error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}.
+error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}. With
+--progress-fd, each registration is a line "TYPE NAME" on that file descriptor as it happens.
 
 The mock engine answers like a cloud would on `pulumi up`: every resource gets an id, an ARN and
 a physical name in the provider's formats (`spotctl.preview.aws`, `spotctl.preview.gcp`), so no
@@ -25,7 +26,7 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pulumi
 from google.protobuf import json_format
@@ -105,9 +106,10 @@ class CloudMocks(mocks.Mocks):
 class RecordingMonitor(mocks.MockMonitor):
     """The mock monitor, also recording what the engine learns about each registration."""
 
-    def __init__(self, cloud_mocks: CloudMocks) -> None:
+    def __init__(self, cloud_mocks: CloudMocks, progress: TextIO | None = None) -> None:
         super().__init__(cloud_mocks)
         self.registrations: list[dict[str, Any]] = []
+        self.progress = progress
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         # As the engine does: the root stack never qualifies its children's types.
@@ -147,6 +149,8 @@ class RecordingMonitor(mocks.MockMonitor):
                 "error_hooks": list(request.hooks.on_error),
             }
         )
+        if self.progress is not None:
+            self.progress.write(f"{request.type} {request.name}\n")
         return response
 
 
@@ -174,7 +178,9 @@ def strict_deprecations() -> None:
     )
 
 
-def run(request: dict[str, Any], diagnostics: Diagnostics) -> list[dict[str, Any]]:
+def run(
+    request: dict[str, Any], diagnostics: Diagnostics, progress: TextIO | None = None
+) -> list[dict[str, Any]]:
     config, main = request["config"], Path(request["main"])
     os.chdir(request["program_dir"])
     sys.path.insert(0, str(main if main.is_dir() else main.parent))
@@ -187,7 +193,8 @@ def run(request: dict[str, Any], diagnostics: Diagnostics) -> list[dict[str, Any
             config.get("aws:region", aws.DEFAULT_REGION),
             gcp_project=config.get("gcp:project", gcp.DEFAULT_PROJECT),
             gcp_region=config.get("gcp:region", gcp.DEFAULT_REGION),
-        )
+        ),
+        progress,
     )
     pulumi.runtime.set_mocks(
         monitor.mocks,
@@ -206,9 +213,13 @@ def main(argv: list[str]) -> int:
     strict = "--strict-deprecations" in argv[2:]
     if strict:
         strict_deprecations()
+    progress = None
+    if "--progress-fd" in argv[2:]:
+        fd = int(argv[argv.index("--progress-fd") + 1])
+        progress = open(fd, "w", buffering=1)  # noqa: SIM115 - open while the program runs
     diagnostics = Diagnostics()
     try:
-        result, status = {"resources": run(request, diagnostics)}, 0
+        result, status = {"resources": run(request, diagnostics, progress)}, 0
     except pulumi.RunError as exc:
         result, status = {"error": str(exc)}, 2
     except DeprecationWarning as exc:  # raised only in strict mode

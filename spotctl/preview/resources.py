@@ -9,9 +9,12 @@ is process-global.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,21 +57,40 @@ class Previewed:
     diagnostics: list[tuple[str, str]]
 
 
+# Called with the count of resources registered so far and the last one's "TYPE NAME".
+OnRegistered = Callable[[int, str], None]
+
+
 def preview_program(
-    program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
+    program_dir: Path,
+    stack: str,
+    *,
+    strict_deprecations: bool = False,
+    timeout: float = 300,
+    on_registered: OnRegistered | None = None,
 ) -> list[PreviewResource]:
     """Run the Pulumi program in `program_dir` with `stack`'s config on the mock engine.
 
     `strict_deprecations` fails the preview on every deprecation pulumi-aws reports (a Python
-    DeprecationWarning or an engine warning).
+    DeprecationWarning or an engine warning). `on_registered` hears of each registration as the
+    engine makes it.
     """
     return run_preview(
-        program_dir, stack, strict_deprecations=strict_deprecations, timeout=timeout
+        program_dir,
+        stack,
+        strict_deprecations=strict_deprecations,
+        timeout=timeout,
+        on_registered=on_registered,
     ).resources
 
 
 def run_preview(
-    program_dir: Path, stack: str, *, strict_deprecations: bool = False, timeout: float = 300
+    program_dir: Path,
+    stack: str,
+    *,
+    strict_deprecations: bool = False,
+    timeout: float = 300,
+    on_registered: OnRegistered | None = None,
 ) -> Previewed:
     """`preview_program`, with what the program logged."""
     # Imported here: the engine runs in this package, and must import nothing of `components`
@@ -93,14 +115,26 @@ def run_preview(
         request_file, out = Path(tmp) / "request.json", Path(tmp) / "preview.json"
         request_file.write_text(json.dumps(request))
         flags = ["--strict-deprecations"] if strict_deprecations else []
-        process = subprocess.run(
-            [sys.executable, "-m", "spotctl.preview.engine", str(request_file), str(out), *flags],
-            capture_output=True,
+        reading, writing = os.pipe()
+        with subprocess.Popen(
+            [sys.executable, "-m", "spotctl.preview.engine", str(request_file), str(out), *flags,
+             "--progress-fd", str(writing)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
-        )
+            pass_fds=(writing,),
+        ) as process:  # fmt: skip
+            os.close(writing)
+            relay = threading.Thread(target=_relay, args=(reading, on_registered), daemon=True)
+            relay.start()
+            try:
+                _, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+            relay.join()
         if not out.is_file():
-            raise PreviewError(process.stderr.strip() or "preview engine died", crashed=True)
+            raise PreviewError(stderr.strip() or "preview engine died", crashed=True)
         result = json.loads(out.read_text())
     if "error" in result:
         raise PreviewError(result["error"], crashed=process.returncode == 1)
@@ -108,6 +142,14 @@ def run_preview(
         [PreviewResource(**resource) for resource in result["resources"]],
         [tuple(entry) for entry in result["diagnostics"]],
     )
+
+
+def _relay(reading: int, on_registered: OnRegistered | None) -> None:
+    """Reads the engine's registrations until it exits, counting them for `on_registered`."""
+    with open(reading) as lines:
+        for count, line in enumerate(lines, start=1):
+            if on_registered is not None:
+                on_registered(count, line.strip())
 
 
 def waits_for(resource: PreviewResource) -> list[str]:

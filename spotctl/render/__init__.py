@@ -29,21 +29,12 @@ from typing import Annotated
 
 import typer
 
-from components.config.files import ProgramInputError, find_program
+from components.config.files import ProgramInputError, find_program, load_project, stack_file
 from components.versions import KUBERNETES_VERSION
 from spotctl.options import ProgramOption, StackOption
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail
 from spotctl.preview.resources import PreviewError
-from spotctl.render.manifests import (
-    RenderError,
-    admission_problems,
-    major_minor,
-    render_stack,
-    scheduling_problems,
-    validate,
-    validated_versions,
-    write,
-)
+from spotctl.progress import Progress
 
 
 def command(
@@ -63,6 +54,17 @@ def command(
     force: ForceOption = False,
 ) -> None:
     """Write every Kubernetes object the stack would apply, plus its training Job templates."""
+    from spotctl.render.manifests import (
+        RenderError,
+        admission_problems,
+        major_minor,
+        render_stack,
+        scheduling_problems,
+        validate,
+        validated_versions,
+        write,
+    )
+
     # Every input and output is checked before the preview's minute of work.
     missing = [str(d) for d in crds or [] if not d.is_dir()]
     if check and missing:
@@ -77,28 +79,44 @@ def command(
         raise typer.Exit(2)
     try:
         target = OutputDirectory(out, "--out", force)
-        rendered = render_stack(program or find_program(Path.cwd()), stack)
+        program = program or find_program(Path.cwd())
+        stack_file(program, load_project(program), stack)
     except OutputError as exc:
         raise fail(exc) from None
-    except (RenderError, PreviewError, ProgramInputError) as exc:
+    except ProgramInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    target.clear()
-    written = write(rendered, out)
-    target.record(written)
+    with Progress("render") as progress:
+        progress.update(stack, "starting the engine (Pulumi and the providers load first)")
+        try:
+            rendered = render_stack(program, stack, progress.registrations(stack))
+        except (RenderError, PreviewError) as exc:
+            progress.close()
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        progress.update(stack, f"writing {len(rendered.all_objects())} objects to {out}")
+        target.clear()
+        written = write(rendered, out)
+        target.record(written)
     typer.echo(
         f"wrote {len(written)} files to {out}: {len(rendered.objects)} objects, "
         f"{len(rendered.releases)} Helm releases, {len(rendered.templates)} Job templates"
     )
     if not check:
         return
-    try:
-        problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
-        problems += admission_problems(rendered)
-    except RenderError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    problems += scheduling_problems(rendered)
+    with Progress("render") as progress:
+        progress.update(
+            stack,
+            f"validating {len(rendered.all_objects())} objects for Kubernetes {kubernetes_version}",
+        )
+        try:
+            problems, unvalidated = validate(rendered.all_objects(), kubernetes_version, crds or [])
+            problems += admission_problems(rendered)
+        except RenderError as exc:
+            progress.close()
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        problems += scheduling_problems(rendered)
     for kind in unvalidated:
         typer.echo(f"not validated (no schema; pass its CRD with --crds): {kind}")
     for problem in problems:

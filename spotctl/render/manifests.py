@@ -12,7 +12,13 @@ from typing import Any
 
 import yaml
 
-from spotctl.preview.resources import UNKNOWN, PreviewError, PreviewResource, preview_program
+from spotctl.preview.resources import (
+    UNKNOWN,
+    OnRegistered,
+    PreviewError,
+    PreviewResource,
+    preview_program,
+)
 from spotctl.render.admission import AdmissionError, admit
 from spotctl.render.crd_rules import rule_problems, with_defaults
 from spotctl.render.scheduling import NodeShape, device_plugins, node_shapes, unserved_resources
@@ -55,9 +61,11 @@ class Rendered:
         return self.objects + [obj for docs in self.templates.values() for obj in docs]
 
 
-def render_stack(program_dir: Path, stack: str) -> Rendered:
+def render_stack(
+    program_dir: Path, stack: str, on_registered: OnRegistered | None = None
+) -> Rendered:
     try:
-        resources = preview_program(program_dir, stack)
+        resources = preview_program(program_dir, stack, on_registered=on_registered)
     except PreviewError as exc:
         raise RenderError(str(exc)) from None
     return render(resources)

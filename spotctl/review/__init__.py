@@ -67,6 +67,7 @@ def command(
     """The quarterly review report: exit 3 on a mandatory problem."""
     from spotctl.preview.analyzer import PolicyPackError
     from spotctl.preview.resources import PreviewError
+    from spotctl.progress import Progress
     from spotctl.review.collect import REPO, ReviewError, collect, quarter_of
     from spotctl.review.report import markdown, page
 
@@ -83,15 +84,18 @@ def command(
     except OutputError as exc:
         _fail(str(exc))
     try:
-        review = collect(
-            day=day,
-            quarter=quarter or quarter_of(day),
-            pack=policy_pack or REPO / "policies",
-            policy_config=policy_pack_config,
-            drill_reports=drill_reports,
-            costs=costs,
-            provider_data=provider_data,
-        )
+        with Progress("review") as progress:
+            review = collect(
+                day=day,
+                quarter=quarter or quarter_of(day),
+                pack=policy_pack or REPO / "policies",
+                policy_config=policy_pack_config,
+                drill_reports=drill_reports,
+                costs=costs,
+                provider_data=provider_data,
+                progress=progress,
+            )
+            progress.update("report", f"writing {out}/review.html, review.md, review.json")
     except (ReviewError, PolicyPackError, PreviewError) as exc:
         _fail(str(exc))
     document = review.to_json()

@@ -22,6 +22,7 @@ from components.config.files import ProgramInputError, load_project, stack_names
 from components.config.loading import ConfigError, load_config, stack_document
 from spotctl.preview.analyzer import check_preview, read_policy_config
 from spotctl.preview.resources import PreviewResource, preview_program
+from spotctl.progress import Progress
 from spotctl.review.costs import CostsError, team_costs
 from spotctl.review.headroom import headroom
 from spotctl.review.runbooks import RunbookError, all_runbooks
@@ -106,12 +107,17 @@ def review_stacks(
     pack: Path,
     policy_config: dict[str, dict[str, Any]],
     previews: dict[str, list[PreviewResource]],
+    progress: Progress | None = None,
 ) -> None:
     """Per stack: the pack's verdict, and each threshold beside the stack's value."""
 
     def verdict(stack: str) -> dict[str, Any]:
         resources = previews[stack]
+        if progress is not None:
+            progress.update(stack, f"running the policy pack on {len(resources)} resources")
         report = check_preview(pack, program, stack, resources, policy_config)
+        if progress is not None:
+            progress.update(stack, "policies checked")
         groups = report.grouped()
         return {
             "stack": stack,
@@ -527,6 +533,7 @@ def collect(
     costs: Path | None = None,
     provider_data: Path | None = None,
     previews: dict[str, list[PreviewResource]] | None = None,
+    progress: Progress | None = None,
 ) -> Review:
     names = stacks(program)
     found = {section: Review(quarter, day) for section in SECTIONS}
@@ -541,11 +548,18 @@ def collect(
     review_provider_data(found["provider_data"], data, program, names)
     review_admission(found["admission"], program, names)
     if previews is None:
+
+        def preview(stack: str) -> list[PreviewResource]:
+            if progress is None:
+                return preview_program(program, stack)
+            progress.update(stack, "starting the engine (Pulumi and the providers load first)")
+            resources = preview_program(program, stack, on_registered=progress.registrations(stack))
+            progress.update(stack, f"previewed, {len(resources)} resources")
+            return resources
+
         with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
-            previews = dict(
-                zip(names, pool.map(lambda s: preview_program(program, s), names), strict=True)
-            )
-    review_stacks(found["stacks"], program, pack, policy, previews)
+            previews = dict(zip(names, pool.map(preview, names), strict=True))
+    review_stacks(found["stacks"], program, pack, policy, previews, progress)
     review_runbooks(found["runbooks"], previews)
     review = Review(quarter, day)
     for section in found.values():

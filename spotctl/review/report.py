@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from dataclasses import dataclass
 from typing import Any
 
 from spotctl.review.collect import WARN_DAYS
@@ -166,69 +167,100 @@ def _summary(document: dict, item: str) -> list[str]:
     return lines
 
 
-def charts(document: dict) -> list[tuple[str, str]]:
-    """(title, data URI) of each chart."""
+@dataclass(frozen=True)
+class Chart:
+    """Horizontal bars, one per label; `line`, where set, is drawn as a dashed threshold."""
+
+    title: str
+    labels: list[str]
+    values: list[float]
+    unit: str
+    line: float | None = None
+
+
+def chart_data(document: dict) -> list[Chart]:
+    """What each chart plots, titled by what its bars measure."""
+    made = []
+    versions = [v for v in document.get("versions", []) if v["days_left"] is not None]
+    if versions:
+        made.append(
+            Chart(
+                "Support left per pinned version",
+                [f"{v['component']} {v['version']}" for v in versions],
+                [v["days_left"] for v in versions],
+                "days",
+                WARN_DAYS,
+            )
+        )
+    rows = [(s["stack"], r) for s in document.get("stacks", []) for r in s["headroom"]]
+    if rows:
+        made.append(
+            Chart(
+                "Headroom to each policy threshold",
+                [f"{stack}: {r['resource']} {r['setting']}" for stack, r in rows],
+                [100 * r["headroom"] / (r["threshold"] or 1) for _, r in rows],
+                "headroom, % of the threshold (negative: over the line)",
+            )
+        )
+    fresh = document.get("runbooks", {}).get("freshness", [])
+    if fresh:
+        made.append(
+            Chart(
+                f"Days left until each runbook is due for review (every {WARN_DAYS} days)",
+                [r["runbook"] for r in fresh],
+                [WARN_DAYS - r["age_days"] for r in fresh],
+                "days left (negative: overdue)",
+            )
+        )
+    drills = [d for d in document.get("drills", []) if d["saving_share"] is not None]
+    if drills:
+        made.append(
+            Chart(
+                "Drill savings against on-demand",
+                [d["report"] for d in drills],
+                [d["saving_share"] for d in drills],
+                "share",
+            )
+        )
+    return made
+
+
+def figure(chart: Chart):
+    """The chart drawn; each bar carries its value, so a bar of zero shows too."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
+    drawn, axes = pyplot.subplots(figsize=(10, 0.3 * len(chart.labels) + 1.4), dpi=90)
+    line = chart.line
+    colors = [
+        "#c0392b" if v < 0 else "#e67e22" if line and v <= line else "#27ae60" for v in chart.values
+    ]
+    bars = axes.barh(chart.labels, chart.values, color=colors)
+    axes.bar_label(bars, labels=[f"{v:.3g}" for v in chart.values], padding=3, fontsize=8)
+    if line:
+        axes.axvline(line, color="#555", linestyle="--", linewidth=1)
+    axes.axvline(0, color="#000", linewidth=0.8)
+    axes.set_xlabel(chart.unit)
+    axes.set_title(chart.title)
+    axes.invert_yaxis()
+    drawn.tight_layout()
+    return drawn
+
+
+def charts(document: dict) -> list[tuple[str, str]]:
+    """(title, data URI) of each chart."""
     made = []
-
-    def bars(title: str, labels: list[str], values: list[float], line: float | None, unit: str):
-        figure, axes = pyplot.subplots(figsize=(10, 0.3 * len(labels) + 1.4), dpi=90)
-        colors = [
-            "#c0392b" if v < 0 else "#e67e22" if line and v <= line else "#27ae60" for v in values
-        ]
-        axes.barh(labels, values, color=colors)
-        if line:
-            axes.axvline(line, color="#555", linestyle="--", linewidth=1)
-        axes.axvline(0, color="#000", linewidth=0.8)
-        axes.set_xlabel(unit)
-        axes.set_title(title)
-        axes.invert_yaxis()
-        figure.tight_layout()
+    for chart in chart_data(document):
+        drawn = figure(chart)
         buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-        pyplot.close(figure)
-        uri = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-        made.append((title, uri))
+        drawn.savefig(buffer, format="png")
+        from matplotlib import pyplot  # loaded by `figure`, on the Agg backend
 
-    versions = [v for v in document.get("versions", []) if v["days_left"] is not None]
-    if versions:
-        bars(
-            "Support left per pinned version",
-            [f"{v['component']} {v['version']}" for v in versions],
-            [v["days_left"] for v in versions],
-            WARN_DAYS,
-            "days",
-        )
-    rows = [(s["stack"], r) for s in document.get("stacks", []) for r in s["headroom"]]
-    if rows:
-        bars(
-            "Headroom to each policy threshold",
-            [f"{stack}: {r['resource']} {r['setting']}" for stack, r in rows],
-            [100 * r["headroom"] / (r["threshold"] or 1) for _, r in rows],
-            None,
-            "headroom, % of the threshold (negative: over the line)",
-        )
-    fresh = document.get("runbooks", {}).get("freshness", [])
-    if fresh:
-        bars(
-            "Days since each runbook was reviewed",
-            [r["runbook"] for r in fresh],
-            [WARN_DAYS - r["age_days"] for r in fresh],
-            None,
-            "days left before 90 days",
-        )
-    drills = [d for d in document.get("drills", []) if d["saving_share"] is not None]
-    if drills:
-        bars(
-            "Drill savings against on-demand",
-            [d["report"] for d in drills],
-            [d["saving_share"] for d in drills],
-            None,
-            "share",
+        pyplot.close(drawn)
+        made.append(
+            (chart.title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode())
         )
     return made
 

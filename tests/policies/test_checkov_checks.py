@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from checkov_run import checkov
 from spot_policy_cases import PACK_DIR
 
 FIXTURES = Path(__file__).parent / "checkov"
@@ -19,17 +20,9 @@ BIN = Path(sys.executable).parent
 
 def run_checkov(directory: Path, *frameworks: str) -> dict[tuple[str, str], str]:
     """{(file path relative to `directory`, check id): "passed" | "failed"} for CKV_SPOT_*."""
-    process = subprocess.run(
-        [
-            str(BIN / "checkov"),
-            *("-d", str(directory), "--framework", *frameworks, "--check", CHECKS),
-            *("--external-checks-dir", str(PACK_DIR / "checkov")),
-            *("-o", "json", "--skip-download"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    process = checkov(
+        "-d", str(directory), "--framework", *frameworks, "--check", CHECKS, timeout=180
+    )  # fmt: skip
     assert process.returncode in (0, 1), process.stderr
     reports = json.loads(process.stdout)
     return {

@@ -11,6 +11,7 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 from chart_values import unknown_keys
+from checkov_run import checkov
 from stack_files import REPO_ROOT, stack_values
 
 from components.config import load_config
@@ -242,25 +243,8 @@ def test_chart_value_check_catches_a_typo() -> None:
 
 def test_checkov_reports_no_failed_checks(prod_render: tuple[Rendered, Path]) -> None:
     _, out = prod_render
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "checkov"),
-            # The project's own checks (policies/checkov) as well as checkov's.
-            "--external-checks-dir",
-            str(REPO_ROOT / "policies" / "checkov"),
-            "-d",
-            str(out),
-            "--framework",
-            "kubernetes",
-            "-o",
-            "json",
-            # Offline: no check metadata from the vendor's service.
-            "--skip-download",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # The project's own checks (policies/checkov) as well as checkov's.
+    result = checkov("-d", str(out), "--framework", "kubernetes")
     report = json.loads(result.stdout)
     reports = report if isinstance(report, list) else [report]
     failed = [

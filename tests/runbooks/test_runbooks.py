@@ -124,7 +124,7 @@ def runtime_metrics() -> str:
 
 
 def described_gpu_node() -> str:
-    """`kubectl describe nodes` of a busy GPU node, as kubectl v1.33 prints it."""
+    """`kubectl describe nodes` of a busy GPU node, as kubectl v1.35 prints it."""
     return (SAMPLES / "kubectl-describe-nodes.txt").read_text()
 
 

@@ -3,32 +3,45 @@
 Verified, fenced, asynchronous checkpoints to object storage (S3 API, GCS API, local files) with
 exact resume, and a Run that drives them around a plain training loop. See
 training-image/README.md for the API.
+
+The names below load on first use (PEP 562): a module of the package that needs no torch, such
+as `spotsafe.goodput` for `spotctl plan`, imports without it.
 """
 
-from spotsafe.checkpointer import Checkpointer, Skipped
-from spotsafe.config import CheckpointConfig
-from spotsafe.data import WorkerRNG
-from spotsafe.directory import DirectoryState
-from spotsafe.errors import SpotsafeError, StepCommittedError, exit_on_error
-from spotsafe.preemption import EXIT_PREEMPTED, PreemptionGuard
-from spotsafe.run import Preempted, Run
-from spotsafe.state import DataPosition, Extras, RNGState, Stateful
+from __future__ import annotations
 
-__all__ = [
-    "EXIT_PREEMPTED",
-    "CheckpointConfig",
-    "Checkpointer",
-    "DataPosition",
-    "DirectoryState",
-    "Extras",
-    "Preempted",
-    "PreemptionGuard",
-    "RNGState",
-    "Run",
-    "Skipped",
-    "SpotsafeError",
-    "StepCommittedError",
-    "Stateful",
-    "WorkerRNG",
-    "exit_on_error",
-]
+import importlib
+
+# Each name of the package's face, and the module that defines it.
+_FACE = {
+    "Checkpointer": "spotsafe.checkpointer",
+    "Skipped": "spotsafe.checkpointer",
+    "CheckpointConfig": "spotsafe.config",
+    "WorkerRNG": "spotsafe.data",
+    "DirectoryState": "spotsafe.directory",
+    "SpotsafeError": "spotsafe.errors",
+    "StepCommittedError": "spotsafe.errors",
+    "exit_on_error": "spotsafe.errors",
+    "EXIT_PREEMPTED": "spotsafe.preemption",
+    "PreemptionGuard": "spotsafe.preemption",
+    "Preempted": "spotsafe.run",
+    "Run": "spotsafe.run",
+    "DataPosition": "spotsafe.state",
+    "Extras": "spotsafe.state",
+    "RNGState": "spotsafe.state",
+    "Stateful": "spotsafe.state",
+}
+
+__all__ = sorted(_FACE)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FACE:
+        raise AttributeError(f"module 'spotsafe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_FACE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FACE})

@@ -22,9 +22,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from spotsafe.errors import ConfigError, SpotsafeError
-from spotsafe.storage import ObjectStore
+
+if TYPE_CHECKING:  # only named in annotations: `spotctl plan` imports the causes without numpy
+    from spotsafe.storage import ObjectStore
 
 log = logging.getLogger("spotsafe")
 

@@ -37,7 +37,7 @@ from torch import nn
 from spotsafe import Checkpointer, DataPosition, Extras, Preempted, Run, exit_on_error
 from spotsafe.preemption import EXIT_PREEMPTED
 
-# (input width, hidden width, hidden layers, batch size). medium carries ~158 MB of model plus
+# (input width, hidden width, hidden layers, batch size). medium carries ~107 MB of model plus
 # Adam state, enough to make upload time dominate a save.
 SIZES = {"small": (32, 64, 2, 16), "medium": (256, 2048, 3, 16)}
 
