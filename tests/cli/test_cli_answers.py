@@ -39,7 +39,7 @@ def loaded_by(*args: str) -> list[str]:
         [sys.executable, "-c", LOADED.format(heavy=HEAVY), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     return json.loads(result.stderr.strip().splitlines()[-1])
 
