@@ -37,6 +37,25 @@ GROUP_ROLES = {
     ),
     "log-reader": ("roles/container.clusterViewer", "roles/logging.viewer"),
 }
+# What platform-admin runs beyond its predefined roles, each permission a documented command needs
+# (Compute Engine and Cloud Scheduler API references, "IAM permissions" of each method): the cloud
+# drill (docs/operations.md: list the class's VMs, simulate a maintenance event, wait for its
+# zone operation) and the quota follow-up (docs/deploy-gcp.md: `compute project-info describe`,
+# `compute regions describe`). No predefined role holds these without far more.
+OPERATOR_PERMISSIONS = (
+    "compute.instances.list",
+    "compute.instances.simulateMaintenanceEvent",
+    "compute.zoneOperations.get",
+    "compute.projects.get",
+    "compute.regions.get",
+)
+# With a buffer pool: docs/deploy-gcp.md's `gcloud scheduler jobs list / describe / run / pause`.
+BUFFER_OPERATOR_PERMISSIONS = (
+    "cloudscheduler.jobs.list",
+    "cloudscheduler.jobs.get",
+    "cloudscheduler.jobs.run",
+    "cloudscheduler.jobs.pause",
+)
 # Checkpoint objects: read, write, list, delete what the runtime wrote, multipart uploads.
 # Nothing on the bucket, its IAM, or soft-deleted objects.
 CHECKPOINT_PERMISSIONS = (
@@ -128,12 +147,16 @@ class PlatformGroupsArgs:
     project: str
     bucket: pulumi.Input[str]
     platform_admin: list[str]
+    # The custom role of what platform-admin runs beyond its predefined roles.
+    operator_role_id: str
+    operator_permissions: tuple[str, ...] = OPERATOR_PERMISSIONS
     ml_engineer: list[str] = field(default_factory=list)
     log_reader: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.platform_admin:
             raise ValueError("PlatformGroupsArgs.platform_admin: at least one member")
+        check_role_id(self.operator_role_id, "PlatformGroupsArgs.operator_role_id")
 
 
 class PlatformGroups(pulumi.ComponentResource):
@@ -160,7 +183,24 @@ class PlatformGroups(pulumi.ComponentResource):
                         member=member,
                         opts=child,
                     )
+        operator = gcp.projects.IAMCustomRole(
+            f"{name}-operator",
+            project=args.project,
+            role_id=args.operator_role_id,
+            title="Spot training operator",
+            description="The cloud drill, quota follow-up and buffer schedule of the runbooks.",
+            permissions=list(args.operator_permissions),
+            stage="GA",
+            opts=child,
+        )
         for index, member in enumerate(args.platform_admin):
+            gcp.projects.IAMMember(
+                f"{name}-platform-admin-{index}-operator",
+                project=args.project,
+                role=operator.name,
+                member=member,
+                opts=child,
+            )
             gcp.storage.BucketIAMMember(
                 f"{name}-platform-admin-{index}-checkpoints",
                 bucket=args.bucket,
