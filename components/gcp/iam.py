@@ -94,6 +94,28 @@ def check_role_id(value: str, what: str) -> str:
     return value
 
 
+def custom_role(
+    name: str,
+    project: str,
+    role_id: str,
+    title: str,
+    description: str,
+    permissions: tuple[str, ...],
+    opts: pulumi.ResourceOptions,
+) -> gcp.projects.IAMCustomRole:
+    """A project's custom role (GA) with exactly these permissions."""
+    return gcp.projects.IAMCustomRole(
+        name,
+        project=project,
+        role_id=role_id,
+        title=title,
+        description=description,
+        permissions=list(permissions),
+        stage="GA",
+        opts=opts,
+    )
+
+
 def role_id(title: str, env: str) -> str:
     """A custom role's id, per environment: `spotTraining<Title>_<env>`."""
     return f"spotTraining{title}_{env.replace('-', '_')}"
@@ -183,15 +205,14 @@ class PlatformGroups(pulumi.ComponentResource):
                         member=member,
                         opts=child,
                     )
-        operator = gcp.projects.IAMCustomRole(
+        operator = custom_role(
             f"{name}-operator",
-            project=args.project,
-            role_id=args.operator_role_id,
-            title="Spot training operator",
-            description="The cloud drill, quota follow-up and buffer schedule of the runbooks.",
-            permissions=list(args.operator_permissions),
-            stage="GA",
-            opts=child,
+            args.project,
+            args.operator_role_id,
+            "Spot training operator",
+            "The cloud drill, quota follow-up and buffer schedule of the runbooks.",
+            args.operator_permissions,
+            child,
         )
         for index, member in enumerate(args.platform_admin):
             gcp.projects.IAMMember(
@@ -229,15 +250,14 @@ class CheckpointWriterRole(pulumi.ComponentResource):
         self, name: str, args: CheckpointWriterRoleArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:gcp:CheckpointWriterRole", name, None, opts)
-        role = gcp.projects.IAMCustomRole(
+        role = custom_role(
             f"{name}-role",
-            project=args.project,
-            role_id=args.role_id,
-            title="Spot training checkpoint writer",
-            description="Read, write, list and delete checkpoint objects; nothing on the bucket.",
-            permissions=list(CHECKPOINT_PERMISSIONS),
-            stage="GA",
-            opts=pulumi.ResourceOptions(parent=self),
+            args.project,
+            args.role_id,
+            "Spot training checkpoint writer",
+            "Read, write, list and delete checkpoint objects; nothing on the bucket.",
+            CHECKPOINT_PERMISSIONS,
+            pulumi.ResourceOptions(parent=self),
         )
         self.id = role.name
         self.register_outputs({"id": self.id})
