@@ -68,6 +68,10 @@ class Platform:
     # Instance types whose nodes get EFA interfaces for the pods that request them, where the
     # Kubernetes layer installs the EFA device plugin (EKS; none: no plugin).
     efa_instance_types: tuple[str, ...] = ()
+    # NetworkPolicy peers (namespace and pod selectors) of the cloud's own metrics collectors,
+    # which the team namespaces admit on the training pods' metrics ports (GKE: Managed
+    # Prometheus's collectors); none: only the cluster's Prometheus scrapes them.
+    metrics_scrapers: tuple[dict, ...] = ()
     # The node label (and taint key) by which pods select a GPU class's node class, valued with
     # the class name, where the cloud orders spot before on-demand that way (GKE's ComputeClass).
     compute_class_label: str | None = None

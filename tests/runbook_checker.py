@@ -182,6 +182,16 @@ def check_command(command: Command) -> list[str]:
     return problems
 
 
+def subcommand_of(argv: tuple[str, ...]) -> str | None:
+    """The subcommand (`compute regions describe`) of a command of a program the reference
+    lists, flags and their values left out; None when the reference has none that fits."""
+    tool = reference().get(argv[0])
+    if tool is None or argv[0] in ("exporters", "refused"):
+        return None
+    positional, _ = _split(list(argv[1:]), _every_flag(tool))
+    return _subcommand(tool, positional)
+
+
 def _every_flag(tool: dict) -> dict:
     """Every flag of the tool, to tell flag values from positional words."""
     flags = dict(tool["global"])
@@ -215,7 +225,7 @@ def _split(args: list[str], flags: dict) -> tuple[list[str], list[str]]:
 
 
 def _subcommand(tool: dict, positional: list[str]) -> str | None:
-    for words in (3, 2, 1, 0):
+    for words in (4, 3, 2, 1, 0):
         candidate = " ".join(positional[:words])
         if candidate in tool["commands"]:
             return candidate

@@ -296,6 +296,24 @@ class PlatformRoles(pulumi.ComponentResource):
                     ],
                     "Resource": "*",
                 },
+                # The cloud drill (spotctl drill --cloud-run, docs/operations.md): find the
+                # stack's experiment template, start it, read the experiment (FIS's actions,
+                # resources in the Service Authorization Reference).
+                {
+                    "Sid": "FindDrillTemplates",
+                    "Effect": "Allow",
+                    "Action": "fis:ListExperimentTemplates",
+                    "Resource": "*",
+                },
+                {
+                    "Sid": "RunSpotDrill",
+                    "Effect": "Allow",
+                    "Action": ["fis:StartExperiment", "fis:GetExperiment"],
+                    "Resource": [
+                        "arn:aws:fis:*:*:experiment-template/*",
+                        "arn:aws:fis:*:*:experiment/*",
+                    ],
+                },
                 {
                     "Sid": "ReadAndRestoreCheckpoints",
                     "Effect": "Allow",

@@ -19,7 +19,7 @@ import pulumi_gcp as gcp
 
 from components.catalog import InstanceType, class_name
 from components.config.gcp import BufferPoolConfig, ScheduledNodeCount
-from components.gcp.iam import check_account_id, check_role_id
+from components.gcp.iam import check_account_id, check_role_id, custom_role
 from components.gcp.nodepools import (
     MANAGEMENT,
     MAX_POOL_NAME,
@@ -153,15 +153,14 @@ class GkeBufferPool(pulumi.ComponentResource):
             display_name="Cloud Scheduler: resizes the buffer node pool",
             opts=child,
         )
-        role = gcp.projects.IAMCustomRole(
+        role = custom_role(
             f"{name}-resizer",
-            project=args.project,
-            role_id=args.resizer_role_id,
-            title="Spot training buffer resizer",
-            description="Set the size of a GKE node pool (setSize); nothing else it needs.",
-            permissions=list(RESIZER_PERMISSIONS),
-            stage="GA",
-            opts=child,
+            args.project,
+            args.resizer_role_id,
+            "Spot training buffer resizer",
+            "Set the size of a GKE node pool (setSize); nothing else it needs.",
+            RESIZER_PERMISSIONS,
+            child,
         )
         grant = gcp.projects.IAMMember(
             f"{name}-resizer-grant",

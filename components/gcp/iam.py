@@ -37,6 +37,25 @@ GROUP_ROLES = {
     ),
     "log-reader": ("roles/container.clusterViewer", "roles/logging.viewer"),
 }
+# What platform-admin runs beyond its predefined roles, each permission a documented command needs
+# (Compute Engine and Cloud Scheduler API references, "IAM permissions" of each method): the cloud
+# drill (docs/operations.md: list the class's VMs, simulate a maintenance event, wait for its
+# zone operation) and the quota follow-up (docs/deploy-gcp.md: `compute project-info describe`,
+# `compute regions describe`). No predefined role holds these without far more.
+OPERATOR_PERMISSIONS = (
+    "compute.instances.list",
+    "compute.instances.simulateMaintenanceEvent",
+    "compute.zoneOperations.get",
+    "compute.projects.get",
+    "compute.regions.get",
+)
+# With a buffer pool: docs/deploy-gcp.md's `gcloud scheduler jobs list / describe / run / pause`.
+BUFFER_OPERATOR_PERMISSIONS = (
+    "cloudscheduler.jobs.list",
+    "cloudscheduler.jobs.get",
+    "cloudscheduler.jobs.run",
+    "cloudscheduler.jobs.pause",
+)
 # Checkpoint objects: read, write, list, delete what the runtime wrote, multipart uploads.
 # Nothing on the bucket, its IAM, or soft-deleted objects.
 CHECKPOINT_PERMISSIONS = (
@@ -73,6 +92,28 @@ def check_role_id(value: str, what: str) -> str:
     if not re.fullmatch(r"[a-zA-Z0-9_.]{3,64}", value):
         raise ValueError(f"{what}: {value!r} must be 3-64 letters, digits, '_' or '.'")
     return value
+
+
+def custom_role(
+    name: str,
+    project: str,
+    role_id: str,
+    title: str,
+    description: str,
+    permissions: tuple[str, ...],
+    opts: pulumi.ResourceOptions,
+) -> gcp.projects.IAMCustomRole:
+    """A project's custom role (GA) with exactly these permissions."""
+    return gcp.projects.IAMCustomRole(
+        name,
+        project=project,
+        role_id=role_id,
+        title=title,
+        description=description,
+        permissions=list(permissions),
+        stage="GA",
+        opts=opts,
+    )
 
 
 def role_id(title: str, env: str) -> str:
@@ -128,12 +169,16 @@ class PlatformGroupsArgs:
     project: str
     bucket: pulumi.Input[str]
     platform_admin: list[str]
+    # The custom role of what platform-admin runs beyond its predefined roles.
+    operator_role_id: str
+    operator_permissions: tuple[str, ...] = OPERATOR_PERMISSIONS
     ml_engineer: list[str] = field(default_factory=list)
     log_reader: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.platform_admin:
             raise ValueError("PlatformGroupsArgs.platform_admin: at least one member")
+        check_role_id(self.operator_role_id, "PlatformGroupsArgs.operator_role_id")
 
 
 class PlatformGroups(pulumi.ComponentResource):
@@ -160,7 +205,23 @@ class PlatformGroups(pulumi.ComponentResource):
                         member=member,
                         opts=child,
                     )
+        operator = custom_role(
+            f"{name}-operator",
+            args.project,
+            args.operator_role_id,
+            "Spot training operator",
+            "The cloud drill, quota follow-up and buffer schedule of the runbooks.",
+            args.operator_permissions,
+            child,
+        )
         for index, member in enumerate(args.platform_admin):
+            gcp.projects.IAMMember(
+                f"{name}-platform-admin-{index}-operator",
+                project=args.project,
+                role=operator.name,
+                member=member,
+                opts=child,
+            )
             gcp.storage.BucketIAMMember(
                 f"{name}-platform-admin-{index}-checkpoints",
                 bucket=args.bucket,
@@ -189,15 +250,14 @@ class CheckpointWriterRole(pulumi.ComponentResource):
         self, name: str, args: CheckpointWriterRoleArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("spot:gcp:CheckpointWriterRole", name, None, opts)
-        role = gcp.projects.IAMCustomRole(
+        role = custom_role(
             f"{name}-role",
-            project=args.project,
-            role_id=args.role_id,
-            title="Spot training checkpoint writer",
-            description="Read, write, list and delete checkpoint objects; nothing on the bucket.",
-            permissions=list(CHECKPOINT_PERMISSIONS),
-            stage="GA",
-            opts=pulumi.ResourceOptions(parent=self),
+            args.project,
+            args.role_id,
+            "Spot training checkpoint writer",
+            "Read, write, list and delete checkpoint objects; nothing on the bucket.",
+            CHECKPOINT_PERMISSIONS,
+            pulumi.ResourceOptions(parent=self),
         )
         self.id = role.name
         self.register_outputs({"id": self.id})

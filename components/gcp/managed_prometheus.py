@@ -23,6 +23,15 @@ from components.k8s.alerts import TRAINING_POD_SELECTOR
 from components.k8s.jobs import metrics_ports
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# Managed collection's collectors: the DaemonSet `collector` in gmp-system, pod network (no host
+# network), so the team namespaces' NetworkPolicy must admit them (prometheus-engine's
+# manifests/operator.yaml: the DaemonSet's selector).
+COLLECTOR_NAMESPACE = "gmp-system"
+COLLECTOR_POD_LABELS = {"app.kubernetes.io/name": "collector"}
+COLLECTOR_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": COLLECTOR_NAMESPACE}},
+    "podSelector": {"matchLabels": COLLECTOR_POD_LABELS},
+}
 MAX_ENDPOINTS = 10  # the CRD's spec.endpoints maxItems
 
 

@@ -28,6 +28,8 @@ from components.gcp.computeclass import (
     ComputeClassesArgs,
 )
 from components.gcp.iam import (
+    BUFFER_OPERATOR_PERMISSIONS,
+    OPERATOR_PERMISSIONS,
     CheckpointWriterRole,
     CheckpointWriterRoleArgs,
     NodeServiceAccount,
@@ -39,7 +41,11 @@ from components.gcp.iam import (
     account_id,
     role_id,
 )
-from components.gcp.managed_prometheus import TrainingPodMonitoring, TrainingPodMonitoringArgs
+from components.gcp.managed_prometheus import (
+    COLLECTOR_PEER,
+    TrainingPodMonitoring,
+    TrainingPodMonitoringArgs,
+)
 from components.gcp.nodepools import (
     GkeClassPool,
     GkeClassPoolArgs,
@@ -242,6 +248,11 @@ def build_gcp(settings: StackConfig) -> Platform:
             project=project,
             bucket=bucket.bucket,
             platform_admin=groups.platform_admin,
+            operator_role_id=role_id("Operator", env),
+            operator_permissions=(
+                *OPERATOR_PERMISSIONS,
+                *(BUFFER_OPERATOR_PERMISSIONS if buffer is not None else ()),
+            ),
             # Team engineers need the cluster's credentials too; RBAC scopes them in it.
             ml_engineer=list(
                 dict.fromkeys(
@@ -371,6 +382,8 @@ def build_gcp(settings: StackConfig) -> Platform:
                 name, TrainingPodMonitoringArgs(local_ranks=largest_gpu_machine), opts
             ),
         },
+        # The ClusterPodMonitoring's scrapes come from Managed Prometheus's collectors.
+        metrics_scrapers=(COLLECTOR_PEER,),
         # The cluster autoscaler never scales down a node under a running training pod.
         training_pod_annotations=SAFE_TO_EVICT_FALSE,
         # GKE installs the NVIDIA driver and runs the device plugin on its GPU nodes.

@@ -35,6 +35,14 @@ from components.versions import KUEUE
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
 LOCAL_QUEUE = "training"
+# Where the manager serves its admission webhooks. Not the chart's 9443: a private GKE cluster's
+# control plane reaches the nodes on 443 and 10250 only, and every Kueue webhook but three fails
+# closed, so a webhook it cannot reach refuses every queue and Job. 10250 is the port
+# kube-prometheus-stack moves its own webhook to "to work out-of-the-box in GKE private clusters";
+# the pod's address is not the node's, so the kubelet's 10250 does not collide.
+WEBHOOK_PORT = 10250
+# The chart's webhook Service (its values' webhookService.ports) with the target moved along.
+WEBHOOK_SERVICE_PORTS = [{"port": 443, "protocol": "TCP", "targetPort": WEBHOOK_PORT}]
 
 
 def flavor_name(gpu_class: str, capacity: Capacity) -> str:
@@ -101,7 +109,7 @@ def kueue_configuration(settings: KueueConfig) -> dict:
         "health": {"healthProbeBindAddress": ":8081"},
         # Per-flavor usage metrics feed the "running on fallback" alert and the dashboard.
         "metrics": {"bindAddress": ":8443", "enableClusterQueueResources": True},
-        "webhook": {"port": 9443},
+        "webhook": {"port": WEBHOOK_PORT},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "manageJobsWithoutQueueName": False,
         "waitForPodsReady": {
@@ -220,6 +228,7 @@ class KueueQueues(pulumi.ComponentResource):
         if args.settings.install:
             values = {
                 "enablePrometheus": True,
+                "webhookService": {"ports": WEBHOOK_SERVICE_PORTS},
                 "controllerManager": {"nodeSelector": dict(STABLE.node_labels)},
                 "managerConfig": {
                     "controllerManagerConfigYaml": yaml.safe_dump(

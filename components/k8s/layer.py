@@ -126,6 +126,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                             team.name, {}
                         ),
                         monitoring_namespace=MONITORING,
+                        metrics_scrapers=platform.metrics_scrapers,
                         role_bindings=dict(platform.team_role_bindings.get(team.name, {})),
                     ),
                     child,

@@ -26,6 +26,8 @@ class TeamNamespaceArgs:
     service_account_annotations: dict[str, str] = field(default_factory=dict)
     # Prometheus scrapes training pods from here.
     monitoring_namespace: str = "monitoring"
+    # NetworkPolicy peers of the cloud's own collectors that scrape the training pods too.
+    metrics_scrapers: tuple[dict, ...] = ()
     # ClusterRole -> RBAC subjects bound to it in this namespace only (where the cloud's own
     # access control does not scope people to a namespace: GKE).
     role_bindings: dict[str, list[dict]] = field(default_factory=dict)
@@ -93,7 +95,7 @@ class TeamNamespace(pulumi.ComponentResource):
             opts=in_namespace,
         )
         # Ranks of a run talk to each other (rendezvous, collectives); from outside, only
-        # Prometheus may reach the pods, on their metrics port.
+        # Prometheus and the cloud's collectors may reach the pods, on their metrics ports.
         k8s.networking.v1.NetworkPolicy(
             f"{name}-network-policy",
             metadata={"name": "team-pods", "namespace": args.namespace, "labels": labels},
@@ -110,7 +112,8 @@ class TeamNamespace(pulumi.ComponentResource):
                                         "kubernetes.io/metadata.name": args.monitoring_namespace
                                     }
                                 }
-                            }
+                            },
+                            *args.metrics_scrapers,
                         ],
                         # Local rank r serves METRICS_PORT + r.
                         "ports": [
