@@ -14,9 +14,10 @@ This face re-exports what the components and the CLI import from it.
 from components.config.aws import (
     INTERRUPTION_QUEUE_RETENTION_SECONDS,
     ExistingCluster,
-    GpuVcpuQuota,
     NewCluster,
+    OnDemandGpuVcpuQuota,
     ScheduledSize,
+    SpotGpuVcpuQuota,
     Transition,
 )
 from components.config.kubernetes import (
@@ -38,13 +39,14 @@ __all__ = [
     "UNBUILT_IMAGE",
     "ConfigError",
     "ExistingCluster",
-    "GpuVcpuQuota",
     "KubernetesConfig",
     "KueueConfig",
     "MonitoringConfig",
     "NewCluster",
     "NoticeWindow",
+    "OnDemandGpuVcpuQuota",
     "ScheduledSize",
+    "SpotGpuVcpuQuota",
     "StackConfig",
     "Transition",
     "load_config",
