@@ -2,10 +2,10 @@
 
 import typer
 
-from spotctl import drill, plan, preview, render, review
+from spotctl import drill, plan, preflight, preview, render, review
 
 app = typer.Typer(
-    help="Operate the spot training blueprint: preview, render, drill, plan, review.",
+    help="Operate the spot training blueprint: preview, preflight, render, drill, plan, review.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -18,6 +18,7 @@ def main() -> None:
 
 
 app.command("preview")(preview.command)
+app.command("preflight")(preflight.command)
 app.command("render")(render.command)
 app.command("drill")(drill.command)
 app.command("plan")(plan.command)
