@@ -95,7 +95,7 @@ def checks(settings: StackConfig, stack: str, api: GoogleApi) -> list[Check]:
     def server_config() -> list[Row]:
         create = gcp.cluster.create
         if create is None:
-            return [Row("gke-version", PASS, "attached cluster: its owner picks its version")]
+            return attached_version(gcp.cluster.existing)
         served = api.get("container", f"v1/projects/{project_id}/locations/{region}/serverConfig")
         channel = next(
             (c for c in served.get("channels", []) if c["channel"] == create.release_channel),
@@ -117,6 +117,27 @@ def checks(settings: StackConfig, stack: str, api: GoogleApi) -> list[Check]:
                 f"set gcp.cluster.create.version to one of {offered} in {stack_file}",
             )
         ]
+
+    def attached_version(existing) -> list[Row]:
+        """The attached cluster's nodes run at least the version the stack file says: that
+        version decides the Spot shutdown grace the stack asks for."""
+        from components.config.gcp import gke_version_key
+
+        found = api.get(
+            "container", f"v1/projects/{project_id}/locations/{region}/clusters/{existing.name}"
+        )
+        running = found.get("currentNodeVersion") or found["currentMasterVersion"]
+        if gke_version_key(running) < gke_version_key(existing.version):
+            return [
+                Row(
+                    "gke-version",
+                    FAIL,
+                    f"{existing.name} runs {running}, older than gcp.cluster.existing.version "
+                    f"{existing.version}",
+                    f"set gcp.cluster.existing.version to {running} in {stack_file}",
+                )
+            ]
+        return [Row("gke-version", PASS, f"{existing.name} runs {running}")]
 
     def accelerators() -> list[Row]:
         rows = []
@@ -248,7 +269,14 @@ def checks(settings: StackConfig, stack: str, api: GoogleApi) -> list[Check]:
     return [
         Check("project", ("cloudresourcemanager.projects.get",), the_project),
         Check("apis", ("serviceusage.services.list",), apis),
-        Check("gke-version", ("container.projects.locations.getServerConfig",), server_config),
+        Check(
+            "gke-version",
+            (
+                "container.projects.locations.getServerConfig",
+                "container.projects.locations.clusters.get",
+            ),
+            server_config,
+        ),
         Check("accelerators", ("compute.acceleratorTypes.get",), accelerators),
         Check(
             "quotas",

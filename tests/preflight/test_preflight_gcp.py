@@ -198,6 +198,25 @@ def test_the_minor_passes_only_where_its_channel_offers_it(google, versions, sta
         assert row.fix.startswith("set gcp.cluster.create.version to one of ['1.33', '1.34']")
 
 
+@pytest.mark.parametrize(
+    ("running", "status"), [("1.35.1-gke.1200000", PASS), ("1.34.6-gke.1100000", FAIL)]
+)
+def test_an_attached_cluster_passes_only_if_it_runs_the_version_its_stack_says(
+    google, running, status
+):
+    """gcp-dev says its attached cluster runs 1.35: that decides the shutdown grace it asks for."""
+    name = DEV.gcp.cluster.existing.name
+    path = f"v1/projects/{DEV.gcp.project}/locations/{DEV.region}/clusters/{name}"
+    google.route("container", path, {"name": name, "currentNodeVersion": running})
+    (row,) = run("gke-version", google, DEV, "gcp-dev")
+    assert row.status == status
+    if status == FAIL:
+        assert (
+            row.fix
+            == f"set gcp.cluster.existing.version to {running} in stacks/Pulumi.gcp-dev.yaml"
+        )
+
+
 # --- accelerators per zone
 
 
