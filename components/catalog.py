@@ -32,9 +32,10 @@ class InstanceType:
     gpu_memory_gib: int = 0  # per GPU, as sold
     efa: int = 0  # EFA interfaces the type supports
     gke_accelerator: str | None = None  # GKE's accelerator type, e.g. "nvidia-l4" (GCP only)
-    # The quota a GPU type's capacity counts against: EC2's vCPU quota family ("g-family"), or
-    # Compute Engine's preemptible GPU family ("L4"). None for a CPU type.
-    quota_family: str | None = None
+    # The quota a GPU type's capacity counts against, per capacity type ("spot", "on-demand"):
+    # EC2's vCPU quota family ("g-family"), or Compute Engine's preemptible GPU family ("L4",
+    # spot only). Empty for a CPU type.
+    quota_families: tuple[tuple[str, str], ...] = ()
 
     @property
     def accelerator(self) -> tuple[str, int] | None:
@@ -45,14 +46,19 @@ class InstanceType:
     def vcpus_per_gpu(self) -> float:
         return self.vcpus / self.gpus
 
+    def quota_family(self, capacity: str) -> str:
+        """The quota family this type's `capacity` ("spot", "on-demand") counts against."""
+        return dict(self.quota_families)[capacity]
+
 
 @dataclass(frozen=True)
 class QuotaFamily:
-    """An EC2 vCPU quota of GPU instance families, e.g. "G and VT"."""
+    """An EC2 vCPU quota of GPU instance families for one capacity type, e.g. "All G and VT Spot
+    Instance Requests"."""
 
-    name: str  # as the quota's name spells it
+    name: str  # the quota's name, as Service Quotas spells it
     instance_families: tuple[str, ...]  # "g5": a type's name before the dot
-    quota_codes: dict[str, str]  # capacity ("spot", "on-demand") -> Service Quotas code
+    code: str  # its Service Quotas code
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,9 @@ class Catalog:
     zones: dict[str, tuple[str, ...]]  # region -> its zone names
     # accelerator type -> region -> the zones that offer it (GCP: a pool's zones must offer it)
     accelerator_zones: dict[str, dict[str, tuple[str, ...]]]
-    # EC2's GPU vCPU quotas by family id ("g-family") (AWS)
-    quota_families: dict[str, QuotaFamily] = field(default_factory=dict)
+    # EC2's GPU vCPU quotas: capacity ("spot", "on-demand") -> family id ("g-family") -> quota
+    # (AWS)
+    quota_families: dict[str, dict[str, QuotaFamily]] = field(default_factory=dict)
     # accelerator type -> the family of its preemptible GPU quota (GCP)
     preemptible_gpu_families: dict[str, str] = field(default_factory=dict)
 
@@ -82,20 +89,23 @@ def read_catalog(document: dict[str, Any]) -> Catalog:
     """One cloud's section of the catalog; a GPU type whose quota family is not known is a
     CatalogError naming it."""
     quota_families = {
-        family: QuotaFamily(
-            name=fields["name"],
-            instance_families=tuple(fields["instance_families"]),
-            quota_codes=dict(fields["quota_codes"]),
-        )
-        for family, fields in document.get("quota_families", {}).items()
+        capacity: {
+            family: QuotaFamily(
+                name=fields["name"],
+                instance_families=tuple(fields["instance_families"]),
+                code=fields["code"],
+            )
+            for family, fields in families.items()
+        }
+        for capacity, families in document.get("quota_families", {}).items()
     }
     preemptible = dict(document.get("preemptible_gpu_families", {}))
     instance_types = {}
     for name, fields in document["instance_types"].items():
         instance = InstanceType(name=name, **fields)
         if instance.gpus:
-            family = _quota_family(instance, quota_families, preemptible)
-            instance = replace(instance, quota_family=family)
+            families = _quota_families(instance, quota_families, preemptible)
+            instance = replace(instance, quota_families=families)
         instance_types[name] = instance
     return Catalog(
         instance_types=instance_types,
@@ -109,9 +119,11 @@ def read_catalog(document: dict[str, Any]) -> Catalog:
     )
 
 
-def _quota_family(
-    instance: InstanceType, quota_families: dict[str, QuotaFamily], preemptible: dict[str, str]
-) -> str:
+def _quota_families(
+    instance: InstanceType,
+    quota_families: dict[str, dict[str, QuotaFamily]],
+    preemptible: dict[str, str],
+) -> tuple[tuple[str, str], ...]:
     if instance.gke_accelerator is not None:
         family = preemptible.get(instance.gke_accelerator)
         if family is None:
@@ -120,16 +132,22 @@ def _quota_family(
                 f"{instance.gke_accelerator!r} has no preemptible GPU family "
                 "(preemptible_gpu_families in components/catalog.yaml)"
             )
-        return family
+        return (("spot", family),)
     instance_family = instance.name.split(".")[0]
-    for family, quota in quota_families.items():
-        if instance_family in quota.instance_families:
-            return family
-    raise CatalogError(
-        f"GPU instance type {instance.name!r}: its instance family {instance_family!r} counts "
-        "against no quota family (quota_families in components/catalog.yaml), so no quota "
-        "check would cover it"
-    )
+    found = []
+    for capacity, families in quota_families.items():
+        family = next(
+            (f for f, quota in families.items() if instance_family in quota.instance_families),
+            None,
+        )
+        if family is None:
+            raise CatalogError(
+                f"GPU instance type {instance.name!r}: its instance family {instance_family!r} "
+                f"counts against no {capacity} quota family (quota_families in "
+                "components/catalog.yaml), so no quota check would cover it"
+            )
+        found.append((capacity, family))
+    return tuple(found)
 
 
 def class_name(accelerator: tuple[str, int]) -> str:

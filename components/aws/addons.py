@@ -17,6 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws.iam import pod_identity_trust
+from components.k8s.gpus import GPU_NODES
 from components.k8s.placement import STABLE
 from components.versions import ADDON_NAMESPACES, KubernetesRelease
 
@@ -36,6 +37,9 @@ CONFIGURATION = {
     "vpc-cni": {"enableNetworkPolicy": "true"},
     # On the stable tier, never on a buffer node that its schedule is about to remove.
     "coredns": {"nodeSelector": dict(STABLE.node_labels)},
+    # Its DCGM exporter, the GPU metrics of GpuIdleHigh and the idle panel, schedules only on the
+    # instance types its chart lists (4.1.0 has no p5.4xlarge): on every GPU class's node instead.
+    "amazon-cloudwatch-observability": {"dcgmExporter": {"affinity": GPU_NODES}},
 }
 
 

@@ -219,7 +219,8 @@ class TeamEngineers:
 
 @dataclass(frozen=True)
 class PlatformRolesArgs:
-    cluster_name: str
+    # The cluster's output, not its configured name: the access entries wait for the cluster.
+    cluster_name: pulumi.Input[str]
     cluster_arn: pulumi.Input[str]
     bucket_arn: pulumi.Input[str]
     checkpoint_key_arn: pulumi.Input[str]
@@ -253,7 +254,7 @@ class PlatformRoles(pulumi.ComponentResource):
         super().__init__("spot:iam:PlatformRoles", name, None, opts)
         self._name, self._args = name, args
         # Control-plane and Container Insights log groups of this cluster only.
-        logs = f"arn:aws:logs:*:*:log-group:/aws/*/{args.cluster_name}/*"
+        logs = pulumi.Output.concat("arn:aws:logs:*:*:log-group:/aws/*/", args.cluster_name, "/*")
         read_logs = {
             "Sid": "ReadClusterLogs",
             "Effect": "Allow",
@@ -264,7 +265,7 @@ class PlatformRoles(pulumi.ComponentResource):
                 "logs:StartQuery",
                 "logs:GetQueryResults",
             ],
-            "Resource": [logs, f"{logs}:*"],
+            "Resource": [logs, pulumi.Output.concat(logs, ":*")],
         }
         describe_cluster = {
             "Sid": "DescribeCluster",

@@ -36,10 +36,11 @@ from components.aws.nodepools import ManagedNodeGroupPool, ManagedNodeGroupPoolA
 from components.aws.observability import Observability, ObservabilityArgs
 from components.aws.quotas import GpuQuotas, GpuQuotasArgs, current_vcpus
 from components.aws.registry import ImageRepository, ImageRepositoryArgs
+from components.aws.spot_role import SpotServiceRole, SpotServiceRoleArgs
 from components.aws.storage import CheckpointBucket, CheckpointBucketArgs
 from components.catalog import catalog
-from components.config import NOTICE_SOURCES, ConfigError, GpuVcpuQuota, StackConfig
-from components.config.aws import quota_field
+from components.config import NOTICE_SOURCES, ConfigError, StackConfig
+from components.config.aws import requested_gpu_vcpus
 from components.config.capacity import creation_problems, starting_gpu_vcpus
 from components.k8s import monitoring
 from components.platform import Platform
@@ -60,9 +61,7 @@ def build_aws(settings: StackConfig) -> Platform:
         opts=pulumi.InvokeOutputOptions(provider=provider)
     ).account_id
     # Checks against the account, before any resource: a refused stack creates nothing.
-    requested = requested_vcpus(
-        {"spot": aws_config.spot_gpu_quota, "on-demand": aws_config.on_demand_gpu_quota}
-    )
+    requested = requested_gpu_vcpus(aws_config)
     current = current_vcpus(sorted({*requested, *starting_gpu_vcpus(settings)}), provider)
     problems = creation_problems(settings, current) + missing_principals(
         settings.trusted_principals(),
@@ -103,6 +102,10 @@ def build_aws(settings: StackConfig) -> Platform:
         for spec in pool_specs(settings)
     }
     ready: list[pulumi.Resource] = [cluster, pools["stable"]]
+    # Karpenter's spot launches need it; the Kubernetes layer, which installs Karpenter, waits.
+    ready.append(
+        SpotServiceRole(f"{env}-spot-service-role", SpotServiceRoleArgs(tags=tags), opts=opts)
+    )
     create = aws_config.cluster.create
     if create is not None:
         ready.append(
@@ -155,7 +158,7 @@ def build_aws(settings: StackConfig) -> Platform:
     roles = PlatformRoles(
         f"{env}-roles",
         PlatformRolesArgs(
-            cluster_name=aws_config.cluster.name,
+            cluster_name=cluster.name,
             cluster_arn=cluster.arn,
             bucket_arn=bucket.arn,
             checkpoint_key_arn=bucket.kms_key_arn,
@@ -176,7 +179,15 @@ def build_aws(settings: StackConfig) -> Platform:
         ImageRepositoryArgs(repository_name=f"{aws_config.cluster.name}/trainer", tags=tags),
         opts=opts,
     )
-    GpuQuotas(f"{env}-gpu-quotas", GpuQuotasArgs(vcpus=requested, current=current), opts=opts)
+    GpuQuotas(
+        f"{env}-gpu-quotas",
+        GpuQuotasArgs(
+            vcpus=requested,
+            current=current,
+            open_requests=frozenset(aws_config.open_quota_requests),
+        ),
+        opts=opts,
+    )
     interruption = InterruptionQueue(
         f"{env}-interruptions", InterruptionQueueArgs(tags=tags), opts=opts
     )
@@ -306,13 +317,3 @@ def sns_receiver(topic_arn: pulumi.Input[str], region: str) -> dict:
             {"topic_arn": topic_arn, "sigv4": {"region": region}, "send_resolved": True}
         ]
     }
-
-
-def requested_vcpus(quotas: dict[str, GpuVcpuQuota]) -> dict[tuple[str, str], int]:
-    """(capacity, family) -> vCPUs, for the quotas the config requests."""
-    requested = {
-        (capacity, family): getattr(quota, quota_field(family))
-        for capacity, quota in quotas.items()
-        for family in catalog("aws").quota_families
-    }
-    return {key: vcpus for key, vcpus in requested.items() if vcpus is not None}

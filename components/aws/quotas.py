@@ -8,7 +8,9 @@ value below the current one; and once a request closes with less than was asked 
 grant), it reads the granted value back, sees a difference and requests again on every
 `pulumi up`. So the value it gets is never below the current one, and later differences are
 ignored: asking for more later is a deliberate `pulumi up --replace` of that quota
-(docs/deploy.md, section 6).
+(docs/deploy.md, section 6). Service Quotas allows one open request per quota and refuses a
+second (ResourceAlreadyExistsException): a quota whose request is already open, filed by hand
+(`aws.open_quota_requests`, found by `spotctl preflight`), gets none from the stack.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from components.catalog import catalog
 SERVICE = "ec2"
 # EC2 quota codes by (capacity, quota family), from the catalog; the quotas count vCPUs.
 QUOTA_CODES = {
-    (capacity, family): code
-    for family, quota in catalog("aws").quota_families.items()
-    for capacity, code in quota.quota_codes.items()
+    (capacity, family): quota.code
+    for capacity, families in catalog("aws").quota_families.items()
+    for family, quota in families.items()
 }
 Quota = tuple[str, str]  # (capacity, family)
 
@@ -50,6 +52,8 @@ class GpuQuotasArgs:
     vcpus: dict[Quota, int] = field(default_factory=dict)
     # (capacity, family) -> vCPUs the account has now (`current_vcpus`), for each requested one.
     current: dict[Quota, int] = field(default_factory=dict)
+    # Service Quotas codes whose increase request is already open: none is filed for them.
+    open_requests: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         for key, value in self.vcpus.items():
@@ -67,6 +71,8 @@ class GpuQuotas(pulumi.ComponentResource):
     ) -> None:
         super().__init__("spot:quotas:GpuQuotas", name, None, opts)
         for (capacity, family), vcpus in sorted(args.vcpus.items()):
+            if QUOTA_CODES[(capacity, family)] in args.open_requests:
+                continue
             aws.servicequotas.ServiceQuota(
                 f"{name}-{capacity}-{family}",
                 service_code=SERVICE,

@@ -18,9 +18,10 @@ import importlib
 _FACE = {
     "INTERRUPTION_QUEUE_RETENTION_SECONDS": "aws",
     "ExistingCluster": "aws",
-    "GpuVcpuQuota": "aws",
     "NewCluster": "aws",
+    "OnDemandGpuVcpuQuota": "aws",
     "ScheduledSize": "aws",
+    "SpotGpuVcpuQuota": "aws",
     "Transition": "aws",
     "NOTICE_SECONDS": "kubernetes",
     "NOTICE_SOURCES": "kubernetes",

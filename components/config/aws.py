@@ -252,27 +252,46 @@ class CheckpointStorage(Model):
 
 
 def quota_field(family: str) -> str:
-    """The field of `GpuVcpuQuota` that requests a quota family's vCPUs: "g-family" ->
-    "g_family_vcpus"."""
+    """The field of a capacity type's GPU quota model that requests a quota family's vCPUs:
+    "g-family" -> "g_family_vcpus"."""
     return f"{family.replace('-', '_')}_vcpus"
 
 
-# One field per quota family of the catalog, so a new family needs no change here.
-GpuVcpuQuota = create_model(
-    "GpuVcpuQuota",
-    __base__=Model,
-    __doc__="Requested vCPU limits of the GPU instance families (EC2 Service Quotas), for one "
-    "capacity type. Required for every family the stack's pools may launch: accounts start far "
-    "below.",
-    __module__=__name__,
-    **{
-        quota_field(family): (
-            int | None,
-            Field(default=None, ge=1, description=f"{quota.name} instances' vCPUs."),
+def _gpu_vcpu_quota(model: str, capacity: str) -> type[Model]:
+    """One field per quota family of the catalog for `capacity`, so a new family needs no change
+    here."""
+    return create_model(
+        model,
+        __base__=Model,
+        __doc__=f"Requested vCPU limits of the GPU instance families' {capacity} quotas (EC2 "
+        "Service Quotas). Required for every family the stack's pools may launch: accounts "
+        "start far below.",
+        __module__=__name__,
+        **{
+            quota_field(family): (
+                int | None,
+                Field(default=None, ge=1, description=f"{quota.name}: vCPUs ({quota.code})."),
+            )
+            for family, quota in catalog("aws").quota_families[capacity].items()
+        },
+    )
+
+
+SpotGpuVcpuQuota = _gpu_vcpu_quota("SpotGpuVcpuQuota", "spot")
+OnDemandGpuVcpuQuota = _gpu_vcpu_quota("OnDemandGpuVcpuQuota", "on-demand")
+GPU_QUOTA_CODES = {
+    quota.code for families in catalog("aws").quota_families.values() for quota in families.values()
+}
+
+
+def _gpu_quota_codes(codes: list[str]) -> list[str]:
+    unknown = sorted(set(codes) - GPU_QUOTA_CODES)
+    if unknown:
+        raise ValueError(
+            f"{unknown} are no GPU vCPU quota of components/catalog.yaml "
+            f"(one of {sorted(GPU_QUOTA_CODES)})"
         )
-        for family, quota in catalog("aws").quota_families.items()
-    },
-)
+    return codes
 
 
 class GpuAmi(Model):
@@ -362,14 +381,32 @@ class AwsConfig(Model):
     cluster: ClusterConfig
     pools: Pools
     checkpoint_storage: CheckpointStorage = Field(default_factory=CheckpointStorage)
-    spot_gpu_quota: GpuVcpuQuota = Field(default_factory=GpuVcpuQuota)
-    on_demand_gpu_quota: GpuVcpuQuota = Field(default_factory=GpuVcpuQuota)
+    spot_gpu_quota: SpotGpuVcpuQuota = Field(default_factory=SpotGpuVcpuQuota)
+    on_demand_gpu_quota: OnDemandGpuVcpuQuota = Field(default_factory=OnDemandGpuVcpuQuota)
+    open_quota_requests: Annotated[list[str], AfterValidator(_gpu_quota_codes)] = Field(
+        default_factory=list,
+        description="Service Quotas codes of the GPU quotas whose increase request is already "
+        "open (filed by hand, as docs/deploy.md advises, early): the stack files none for them, "
+        "since Service Quotas allows one open request per quota (`spotctl preflight` lists "
+        "them).",
+    )
     gpu_ami: GpuAmi = Field(default_factory=GpuAmi)
     principals: Principals
     alarms: Alarms = Field(default_factory=Alarms)
     spot_drill: SpotDrill | None = Field(
         default=None, description="The cloud drill's experiment template; none by default."
     )
+
+
+def requested_gpu_vcpus(aws_config: AwsConfig) -> dict[tuple[str, str], int]:
+    """(capacity, family) -> vCPUs, for the GPU quotas the config requests."""
+    quotas = {"spot": aws_config.spot_gpu_quota, "on-demand": aws_config.on_demand_gpu_quota}
+    requested = {
+        (capacity, family): getattr(quota, quota_field(family))
+        for capacity, quota in quotas.items()
+        for family in catalog("aws").quota_families[capacity]
+    }
+    return {key: vcpus for key, vcpus in requested.items() if vcpus is not None}
 
 
 def _check_sizes(min_size: int, desired: int, max_size: int) -> None:

@@ -533,9 +533,9 @@ def _service_quota_problems(config: StackConfig, classes: dict, known: Catalog) 
     needs: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for index, gpu_class, types in classes.values():
         per_gpu = max(t.vcpus_per_gpu for t in types)
-        family = types[0].quota_family
-        for capacity in ("spot_gpus", "on_demand_gpus"):
+        for capacity, quota_capacity in (("spot_gpus", "spot"), ("on_demand_gpus", "on-demand")):
             gpus = getattr(gpu_class, capacity)
+            family = types[0].quota_family(quota_capacity)
             if gpus:
                 needs.setdefault((capacity, family), []).append(
                     (
@@ -548,7 +548,7 @@ def _service_quota_problems(config: StackConfig, classes: dict, known: Catalog) 
         types = [known.instance_types[name] for name in buffer.instance_types]
         if types[0].gpus:
             vcpus = buffer.max_size * max(t.vcpus for t in types)
-            needs.setdefault(("on_demand_gpus", types[0].quota_family), []).append(
+            needs.setdefault(("on_demand_gpus", types[0].quota_family("on-demand")), []).append(
                 (vcpus, f"aws.pools.buffer.max_size = {buffer.max_size} nodes × vCPUs")
             )
     problems = []
@@ -584,7 +584,7 @@ def starting_gpu_vcpus(config: StackConfig) -> dict[tuple[str, str], int]:
     if not types[0].gpus or not buffer.desired_size:
         return {}
     vcpus = buffer.desired_size * max(t.vcpus for t in types)
-    return {("on-demand", types[0].quota_family): vcpus}
+    return {("on-demand", types[0].quota_family("on-demand")): vcpus}
 
 
 def creation_problems(config: StackConfig, current: dict[tuple[str, str], int]) -> list[Problem]:

@@ -49,7 +49,9 @@ LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
 # Kubelet shutdown grace on a Spot node: GKE gives 30 s (15 s to user pods, 15 s to critical
-# ones) unless the pool says otherwise; from this version on, a Spot pool may ask for up to 120 s.
+# ones) unless the pool says otherwise; from this version on, a Spot pool may ask for 120 s.
+# GKE's node system configuration (kubeletConfig.shutdownGracePeriodSeconds) takes 0, 30 or 120
+# and nothing between; 0 turns graceful shutdown off, which leaves a training pod no final save.
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 30
 DEFAULT_CRITICAL_PODS_SECONDS = 15
 MAX_SHUTDOWN_GRACE_SECONDS = 120
@@ -279,10 +281,27 @@ class ShutdownGrace(Model):
     """Kubelet graceful shutdown on Spot nodes: all pods get `seconds` from the preemption notice
     to the power-off, critical pods the last `critical_pods_seconds` of it."""
 
-    seconds: int = Field(
-        default=DEFAULT_SHUTDOWN_GRACE_SECONDS, ge=10, le=MAX_SHUTDOWN_GRACE_SECONDS
-    )
+    seconds: int = DEFAULT_SHUTDOWN_GRACE_SECONDS
     critical_pods_seconds: NonNegativeInt = DEFAULT_CRITICAL_PODS_SECONDS
+
+    @field_validator("seconds")
+    @classmethod
+    def _gke_accepts(cls, value: int) -> int:
+        if value not in (DEFAULT_SHUTDOWN_GRACE_SECONDS, MAX_SHUTDOWN_GRACE_SECONDS):
+            raise ValueError(
+                f"{value} s: GKE accepts a Spot node's shutdown grace of 0, 30 or 120 s only, and "
+                "0 turns graceful shutdown off (no final save); use 30 or 120"
+            )
+        return value
+
+    @property
+    def is_gke_default(self) -> bool:
+        """GKE's own setting: a pool that asks for it sends no kubelet config (an older cluster
+        refuses any, even this one)."""
+        return (self.seconds, self.critical_pods_seconds) == (
+            DEFAULT_SHUTDOWN_GRACE_SECONDS,
+            DEFAULT_CRITICAL_PODS_SECONDS,
+        )
 
     @model_validator(mode="after")
     def _room_for_user_pods(self) -> ShutdownGrace:

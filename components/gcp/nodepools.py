@@ -254,7 +254,9 @@ class GkeClassPool(pulumi.ComponentResource):
             args.service_account,
             args.image_streaming,
         )
-        if args.shutdown is not None:
+        # Only where it differs from GKE's default: a cluster before EXTENDED_GRACE_VERSION
+        # refuses the setting altogether.
+        if args.shutdown is not None and not args.shutdown.is_gke_default:
             node_config["kubelet_config"] = {
                 "shutdown_grace_period_seconds": args.shutdown.seconds,
                 "shutdown_grace_period_critical_pods_seconds": args.shutdown.critical_pods_seconds,

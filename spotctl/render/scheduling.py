@@ -119,12 +119,12 @@ def _expression_holds(expression: Mapping, labels: Mapping[str, str]) -> bool:
         return key in labels
     if operator == "DoesNotExist":
         return key not in labels
+    if operator == "NotIn":  # a node without the label matches, as the scheduler has it
+        return labels.get(key) not in values
     if key not in labels:
         return False
     if operator == "In":
         return labels[key] in values
-    if operator == "NotIn":
-        return labels[key] not in values
     if operator in ("Gt", "Lt"):
         value, bound = int(labels[key]), int(values[0])
         return value > bound if operator == "Gt" else value < bound

@@ -378,7 +378,7 @@ def test_gpu_quota_requests_spot_and_on_demand(prod: Preview):
         for q in prod.of_type("aws:servicequotas/serviceQuota:ServiceQuota")
     }
     requested = {
-        ("spot", "p-family"): PROD.aws.spot_gpu_quota.p_family_vcpus,
+        ("spot", "p5-family"): PROD.aws.spot_gpu_quota.p5_family_vcpus,
         ("spot", "g-family"): PROD.aws.spot_gpu_quota.g_family_vcpus,
         ("on-demand", "p-family"): PROD.aws.on_demand_gpu_quota.p_family_vcpus,
         ("on-demand", "g-family"): PROD.aws.on_demand_gpu_quota.g_family_vcpus,
@@ -703,9 +703,9 @@ def _observability(**overrides) -> ObservabilityArgs:
         ),
         (lambda: CheckpointBucketArgs(abort_multipart_days=0), "abort_multipart_days"),
         (lambda: CheckpointBucketArgs(kms_deletion_window_days=3), "kms_deletion_window_days"),
-        (lambda: GpuQuotasArgs(vcpus={("spot", "p-family"): 0}), "at least 1 vCPU"),
+        (lambda: GpuQuotasArgs(vcpus={("spot", "p5-family"): 0}), "at least 1 vCPU"),
         (lambda: GpuQuotasArgs(vcpus={("spot", "trn-family"): 8}), "unknown quota"),
-        (lambda: GpuQuotasArgs(vcpus={("spot", "p-family"): 8}), "no current value"),
+        (lambda: GpuQuotasArgs(vcpus={("spot", "p5-family"): 8}), "no current value"),
         (lambda: _observability(gpu_idle_percent=100), "gpu_idle_percent"),
         (lambda: _observability(emails=[]), "reach no one"),
     ],

@@ -294,32 +294,80 @@ def test_catalog_rows_are_consistent(cloud):
 
 
 @pytest.mark.parametrize(
-    ("instance", "quota_family", "spot_code", "on_demand_code"),
+    ("instance", "spot", "spot_code", "on_demand", "on_demand_code"),
     [
         # EC2 User Guide, "Spot Instance quotas" and "On-Demand Instance quotas": All G and VT
-        # Spot Instance Requests / Running On-Demand G and VT instances; All P Spot Instance
-        # Requests / Running On-Demand P instances; the codes Service Quotas gives them.
-        ("g6e.12xlarge", "g-family", "L-3819A6DF", "L-DB2E81BA"),
-        ("g5g.xlarge", "g-family", "L-3819A6DF", "L-DB2E81BA"),
-        ("p5.48xlarge", "p-family", "L-7212CCBC", "L-417A185B"),
-        ("p4de.24xlarge", "p-family", "L-7212CCBC", "L-417A185B"),
+        # Spot Instance Requests / Running On-Demand G and VT instances; All P4, P3 and P2 and All
+        # P5 Spot Instance Requests / Running On-Demand P instances; the codes Service Quotas
+        # gives them.
+        ("g6e.12xlarge", "g-family", "L-3819A6DF", "g-family", "L-DB2E81BA"),
+        ("g5g.xlarge", "g-family", "L-3819A6DF", "g-family", "L-DB2E81BA"),
+        ("p5.48xlarge", "p5-family", "L-C4BD4855", "p-family", "L-417A185B"),
+        ("p5.4xlarge", "p5-family", "L-C4BD4855", "p-family", "L-417A185B"),
+        ("p4de.24xlarge", "p4-family", "L-7212CCBC", "p-family", "L-417A185B"),
     ],
 )
-def test_a_gpu_type_counts_against_its_ec2_quota(instance, quota_family, spot_code, on_demand_code):
-    assert catalog("aws").instance_types[instance].quota_family == quota_family
-    assert QUOTA_CODES[("spot", quota_family)] == spot_code
-    assert QUOTA_CODES[("on-demand", quota_family)] == on_demand_code
+def test_a_gpu_type_counts_against_its_ec2_quota(
+    instance, spot, spot_code, on_demand, on_demand_code
+):
+    known = catalog("aws").instance_types[instance]
+    assert known.quota_family("spot") == spot and known.quota_family("on-demand") == on_demand
+    assert QUOTA_CODES[("spot", spot)] == spot_code
+    assert QUOTA_CODES[("on-demand", on_demand)] == on_demand_code
+
+
+def reference_quota(quotas: list[dict], instance_family: str) -> dict:
+    """The quota of the reference whose name lists the instance family's generation: "P5" in
+    "All P5 Spot Instance Requests" for p5, "P4" in "All P4, P3 and P2 ..." for p4d, "G" in "All
+    G and VT ..." for g6e; the longest such name wins."""
+    found = {}
+    for quota in quotas:
+        listed = re.sub(
+            r"^(All|Running On-Demand) | (Spot Instance Requests|instances)$", "", quota["name"]
+        )
+        for generation in re.split(r", | and ", listed):
+            if instance_family.upper().startswith(generation):
+                found[len(generation)] = quota
+    assert found, f"no quota of the reference counts {instance_family}"
+    return found[max(found)]
+
+
+def test_every_gpu_type_counts_against_the_quota_ec2_names_for_it(shared_schemas):
+    """Each capacity type's quota family of every GPU type is the quota EC2 names for its
+    generation: reference aws-ec2-vcpu-quotas/quotas.yaml (quota names from the EC2 User Guide's
+    "Spot Instance quotas" and "On-Demand Instance quotas", codes as Service Quotas lists
+    them). P5 spot capacity counts against All P5 Spot Instance Requests, not the P4/P3/P2 one."""
+    reference = yaml.safe_load((shared_schemas / "aws-ec2-vcpu-quotas" / "quotas.yaml").read_text())
+    known = catalog("aws")
+    for instance in known.instance_types.values():
+        if not instance.gpus:
+            continue
+        for capacity in ("spot", "on-demand"):
+            expected = reference_quota(reference[capacity], instance.name.split(".")[0])
+            family = known.quota_families[capacity][instance.quota_family(capacity)]
+            assert (family.name, family.code) == (expected["name"], expected["code"]), (
+                f"{instance.name} {capacity}"
+            )
+
+
+def test_a_gpu_type_whose_quotas_group_differently_by_capacity_is_modelled_so():
+    """P5: a Spot quota of its own, the On-Demand P quota shared with P4."""
+    types = catalog("aws").instance_types
+    p5, p4 = types["p5.48xlarge"], types["p4d.24xlarge"]
+    assert p5.quota_family("spot") != p4.quota_family("spot")
+    assert p5.quota_family("on-demand") == p4.quota_family("on-demand")
 
 
 def test_every_gpu_type_has_a_quota_every_capacity_can_request():
     for instance in catalog("aws").instance_types.values():
         if instance.gpus:
-            assert {("spot", instance.quota_family), ("on-demand", instance.quota_family)} <= set(
-                QUOTA_CODES
-            ), instance.name
+            assert {
+                ("spot", instance.quota_family("spot")),
+                ("on-demand", instance.quota_family("on-demand")),
+            } <= set(QUOTA_CODES), instance.name
     for instance in catalog("gcp").instance_types.values():
         if instance.gpus:
-            family = instance.quota_family
+            family = instance.quota_family("spot")
             assert preemptible_gpu_quota_id(instance.gke_accelerator) == (
                 f"PREEMPTIBLE-NVIDIA-{family}-GPUS-per-project-region"
             )
@@ -332,7 +380,12 @@ GPU_TYPE = {"vcpus": 4, "memory_gib": 16, "gpus": 1, "gpu_memory_gib": 16, "arch
     ("cloud", "name", "fields", "expected"),
     [
         # A VT type: guessed from its first letter, it would have escaped the quota checks.
-        ("aws", "vt9.xlarge", {"gpu": "u30"}, "'vt9.xlarge': its instance family 'vt9'"),
+        (
+            "aws",
+            "vt9.xlarge",
+            {"gpu": "u30"},
+            "'vt9.xlarge': its instance family 'vt9' counts against no spot quota family",
+        ),
         (
             "gcp",
             "z9-gpu-1g",

@@ -135,7 +135,13 @@ def test_the_config_error_shown_is_the_one_the_schema_gives(doc, broken):
 
 @pytest.mark.parametrize(
     "command",
-    [c for doc in DOCS for c in commands(doc) if c.startswith(".venv/bin/spotctl")],
+    # `spotctl preflight` asks the account: it is the one command of the pages that is not offline.
+    [
+        c
+        for doc in DOCS
+        for c in commands(doc)
+        if c.startswith(".venv/bin/spotctl") and not c.startswith(".venv/bin/spotctl preflight")
+    ],
     ids=lambda c: c[18:],
 )
 def test_offline_commands_run_as_printed(command):

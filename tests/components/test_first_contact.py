@@ -9,9 +9,16 @@ import subprocess
 
 import pulumi
 import pytest
+from dependency_graph import DependencyGraph
 from stack_files import spotctl_preview, stack_values
 
 from components.aws.quotas import QUOTA_CODES, GpuQuotas, GpuQuotasArgs
+from components.aws.spot_role import (
+    SPOT_ROLE,
+    SPOT_SERVICE,
+    SpotServiceRole,
+    SpotServiceRoleArgs,
+)
 from components.config import ConfigError, load_config
 from components.config.capacity import creation_problems, starting_gpu_vcpus
 from spotctl.preview.aws import ACCOUNT_ID
@@ -63,6 +70,41 @@ def test_a_quota_request_is_never_below_what_the_account_has(requested, current,
 
     build()
     assert mocks.values == {QUOTA_CODES[ON_DEMAND_G]: filed}
+
+
+def test_no_request_is_filed_for_a_quota_whose_request_is_already_open():
+    """Service Quotas allows one open request per quota: a second one is refused with
+    ResourceAlreadyExistsException, so a quota requested by hand (docs/deploy.md asks for them
+    early) gets none from the stack; the others still do."""
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, preview=False)
+    spot_g = ("spot", "g-family")
+
+    @pulumi.runtime.test
+    def build():
+        GpuQuotas(
+            "q",
+            GpuQuotasArgs(
+                vcpus={ON_DEMAND_G: 768, spot_g: 512},
+                current={ON_DEMAND_G: 0, spot_g: 0},
+                open_requests=frozenset({QUOTA_CODES[ON_DEMAND_G]}),
+            ),
+        )
+        return pulumi.Output.from_input(None)
+
+    build()
+    assert mocks.values == {QUOTA_CODES[spot_g]: 512}
+
+
+def test_open_quota_requests_name_quotas_of_the_catalog():
+    values = copy.deepcopy(stack_values("prod"))
+    values["aws"]["open_quota_requests"] = [QUOTA_CODES[ON_DEMAND_G]]
+    assert load_config(values).aws.open_quota_requests == [QUOTA_CODES[ON_DEMAND_G]]
+    values["aws"]["open_quota_requests"] = ["L-1216C47A"]  # a CPU quota: the stack files none
+    with pytest.raises(ConfigError) as caught:
+        load_config(values)
+    ((path, message),) = caught.value.problems
+    assert path == "aws.open_quota_requests" and "L-1216C47A" in message
 
 
 def test_what_exists_at_creation_is_checked_against_the_quota_now():
@@ -134,3 +176,77 @@ def test_cli_refuses_a_principal_of_the_account_that_does_not_exist(program_copy
         f"spot-training:teams[0].engineers[0]: no role 'MLEngineers' in account {ACCOUNT_ID}"
     )
     assert "cannot be found" in line and "create it first" in line
+
+
+# --- the EC2 Spot service-linked role
+
+
+class SpotRoleMocks(pulumi.runtime.Mocks):
+    """An account as IAM answers `get-role AWSServiceRoleForEC2Spot`: `found` or not."""
+
+    def __init__(self, answer) -> None:
+        self.answer, self.created = answer, []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        self.created.append((args.typ, args.inputs))
+        return f"{args.name}-id", args.inputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        assert args.token == "aws:iam/getRole:getRole" and args.args["name"] == SPOT_ROLE
+        return self.answer
+
+
+USED_ACCOUNT = {
+    "name": SPOT_ROLE,
+    "arn": f"arn:aws:iam::{ACCOUNT_ID}:role/aws-service-role/{SPOT_SERVICE}/{SPOT_ROLE}",
+    "id": SPOT_ROLE,
+}
+# IAM's answer in an account that never ran Spot, as the provider fails the lookup.
+EMPTY_ACCOUNT = ({}, [("name", f"NoSuchEntity: The role with name {SPOT_ROLE} cannot be found.")])
+
+
+def spot_role_in(answer) -> list:
+    mocks = SpotRoleMocks(answer)
+    pulumi.runtime.set_mocks(mocks, preview=False)
+
+    @pulumi.runtime.test
+    def build():
+        SpotServiceRole("spot-role", SpotServiceRoleArgs(tags={"env": "dev"}))
+        return pulumi.Output.from_input(None)
+
+    build()
+    return [(typ, inputs) for typ, inputs in mocks.created if not typ.startswith("spot:")]
+
+
+def test_the_spot_service_linked_role_is_created_only_where_the_account_lacks_it():
+    """EC2 creates it on a first Spot request only for a caller that may, and Karpenter may not:
+    every spot NodeClaim would fail with ServiceLinkedRoleCreationNotPermitted (Karpenter's
+    getting-started step, shared/schemas/karpenter-v1.14.1/step06-add-spot-role.sh). An account
+    has one: where it exists, declaring it again would fail (`InvalidInput: ... has been
+    taken`)."""
+    assert spot_role_in(EMPTY_ACCOUNT) == [
+        (
+            "aws:iam/serviceLinkedRole:ServiceLinkedRole",
+            {"awsServiceName": SPOT_SERVICE, "tags": {"env": "dev"}},
+        )
+    ]
+    assert spot_role_in(USED_ACCOUNT) == []
+
+
+def test_a_refused_spot_role_lookup_stops_the_run():
+    denied = ({}, [("name", "AccessDenied: not authorized to perform: iam:GetRole")])
+    with pytest.raises(Exception, match="AccessDenied"):
+        spot_role_in(denied)
+
+
+def test_karpenter_waits_for_the_spot_role_on_a_new_account(prod_preview):
+    """The preview's account is a new one: the role is created, and Karpenter, whose spot
+    launches need it, is installed after it."""
+    (role,) = [r for r in prod_preview if r.type == "aws:iam/serviceLinkedRole:ServiceLinkedRole"]
+    assert role.inputs["awsServiceName"] == SPOT_SERVICE
+    (karpenter,) = [
+        r
+        for r in prod_preview
+        if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["name"] == "karpenter"
+    ]
+    assert DependencyGraph(prod_preview).waits_for(karpenter, role)

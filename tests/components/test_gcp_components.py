@@ -272,6 +272,22 @@ def test_class_pools_scale_from_zero_over_the_zones_that_offer_their_gpus(prod: 
         assert node["taints"] == [compute_class] and "kubeletConfig" not in node
 
 
+def test_the_kubelet_shutdown_config_is_sent_only_where_it_differs_from_gkes(
+    prod: Preview, dev: Preview
+):
+    """GKE's own grace (30 s, 15 of them for critical pods) needs no kubelet config, and a
+    cluster before 1.35.0-gke.1171000 refuses any: gcp-dev, attached to such a cluster at GKE's
+    default, sends none; gcp-prod, at 120 s, sends it."""
+    for preview, config, sent in ((prod, PROD, True), (dev, DEV, False)):
+        spot = [
+            p.inputs["nodeConfig"]
+            for p in preview.of_type("gcp:container/nodePool:NodePool")
+            if p.inputs["nodeConfig"]["spot"]
+        ]
+        assert spot and config.gcp.spot_shutdown.is_gke_default is not sent
+        assert all(("kubeletConfig" in node) is sent for node in spot), preview.stack
+
+
 def test_every_machine_type_of_every_class_has_a_pool_per_capacity(prod: Preview):
     names = {p.inputs.get("name") for p in prod.of_type("gcp:container/nodePool:NodePool")}
     expected = {

@@ -76,12 +76,24 @@ def test_aws_stacks_still_validate_and_refuse_a_gcp_section():
         (
             changed("gcp.spot_shutdown", {"seconds": 180}),
             "gcp.spot_shutdown.seconds",
-            "Input should be less than or equal to 120",
+            "180 s: GKE accepts a Spot node's shutdown grace of 0, 30 or 120 s only",
+        ),
+        # Within GKE's old range (10-120) but no value GKE's node system configuration takes: it
+        # would preview clean and fail at `pulumi up`.
+        (
+            changed("gcp.spot_shutdown", {"seconds": 60}),
+            "gcp.spot_shutdown.seconds",
+            "60 s: GKE accepts a Spot node's shutdown grace of 0, 30 or 120 s only",
         ),
         (
-            changed("gcp.spot_shutdown", {"seconds": 20, "critical_pods_seconds": 20}),
+            changed("gcp.spot_shutdown", {"seconds": 0, "critical_pods_seconds": 0}),
+            "gcp.spot_shutdown.seconds",
+            "0 turns graceful shutdown off (no final save); use 30 or 120",
+        ),
+        (
+            changed("gcp.spot_shutdown", {"seconds": 30, "critical_pods_seconds": 30}),
             "gcp.spot_shutdown",
-            "critical_pods_seconds 20 leaves user pods nothing of the 20 s",
+            "critical_pods_seconds 30 leaves user pods nothing of the 30 s",
         ),
         (
             changed("gcp.cluster.create.version", "1.34"),
