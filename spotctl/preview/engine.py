@@ -12,7 +12,10 @@ error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}.
 
 The mock engine answers like a cloud would on `pulumi up`: every resource gets an id, an ARN and
 a physical name in the provider's formats (`spotctl.preview.aws`, `spotctl.preview.gcp`), so no
-program has to special-case a preview.
+program has to special-case a preview. And it refuses what the engine refuses: a resource or call
+that names no provider where `pulumi:disable-default-providers` disables its package's default.
+Inputs the program marked secret are listed by path (`secrets`) and shown as `[secret]` in the
+outputs, as the engine keeps them in the state.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def test_broken_program_is_stopped(program, caught):
     )
     assert result.returncode == 3, result.stdout + result.stderr
     section = mandatory_section(result.stdout)
-    reported = {line.split("] ")[1].split(" (")[0] for line in section.splitlines() if "] " in line}
+    headers = [line.strip() for line in section.splitlines() if line.strip().startswith("[")]
+    reported = {line.split("] ")[1].split(" (")[0] for line in headers}
     assert reported == caught
 
 
