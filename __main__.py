@@ -21,10 +21,13 @@ def stack_values() -> dict[str, str]:
 
 
 def read_stack_config() -> StackConfig:
-    """Each top-level schema field is one config key; structured values arrive JSON-encoded."""
+    """Each top-level schema field is one config key; structured values arrive JSON-encoded, and
+    the keys that hold an encrypted value are marked secret."""
     namespace = pulumi.get_project()
+    values = stack_values()
+    secret_keys = [key for key in values if runtime_config.is_config_secret(key)]
     try:
-        return load_values(stack_values(), namespace)
+        return load_values(values, namespace, secret_keys)
     except ConfigError as exc:
         raise pulumi.RunError(str(exc)) from None
 

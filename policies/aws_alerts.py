@@ -41,5 +41,9 @@ POLICIES = [
         "without an error.",
         _check_alarm_topic_key,
         MANDATORY,
+        fix=(
+            "Set the topic's kmsMasterKeyId to a customer-managed KMS key whose policy allows "
+            "cloudwatch.amazonaws.com kms:Decrypt and kms:GenerateDataKey*."
+        ),
     ),
 ]

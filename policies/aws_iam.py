@@ -173,6 +173,11 @@ POLICIES = [
         "A wildcard grant makes every other IAM rule meaningless.",
         _check_no_wildcard_admin,
         MANDATORY,
+        fix=(
+            "Replace the Action '*' on Resource '*' statement with the actions and resources the "
+            "role needs; administrators get AWS's managed AdministratorAccess through an SSO "
+            "permission set, not a stack policy."
+        ),
     ),
     StackRule(
         "iam-workload-prefix-scoped",
@@ -181,6 +186,11 @@ POLICIES = [
         "A training job must not be able to read or overwrite another team's checkpoints.",
         _check_prefix_scoped,
         MANDATORY,
+        fix=(
+            "Scope the pod role's object statements to arn:aws:s3:::<bucket>/<team prefix>/* with "
+            "named actions (s3:GetObject, s3:PutObject, ...); the team's prefix is "
+            "teams[].checkpoint_prefix in the stack config."
+        ),
     ),
     StackRule(
         "iam-workload-no-delete-object-version",
@@ -189,6 +199,10 @@ POLICIES = [
         "a zombie or buggy job must never destroy history.",
         _check_no_delete_version,
         MANDATORY,
+        fix=(
+            "Remove s3:DeleteObjectVersion (and any action wildcard that matches it) from the pod "
+            "role's policies; old versions expire through the bucket's lifecycle."
+        ),
     ),
     ResourceRule(
         "iam-pod-identity-trust-scoped",
@@ -197,5 +211,9 @@ POLICIES = [
         "Without it any cluster's Pod Identity agent that is handed the role can assume it (the "
         "confused deputy).",
         _check_pod_trust_scoped,
+        fix=(
+            "Add a condition to the trust statement: StringEquals aws:SourceAccount with the "
+            "account id, or ArnEquals aws:SourceArn with the cluster's ARN."
+        ),
     ),
 ]

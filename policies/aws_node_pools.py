@@ -77,6 +77,10 @@ POLICIES = [
         "Untainted spot nodes attract services and jobs that cannot survive a two-minute recall.",
         _check_tainted,
         MANDATORY,
+        fix=(
+            "Add a taint with effect NO_SCHEDULE (or NO_EXECUTE) to the SPOT node group; "
+            "checkpoint-capable jobs tolerate it."
+        ),
     ),
     ResourceRule(
         "eks-spot-pool-diversified",
@@ -90,6 +94,12 @@ POLICIES = [
             "minInstanceTypes": {"type": "integer", "minimum": 1, "default": 3},
             "minSubnets": {"type": "integer", "minimum": 1, "default": 2},
         },
+        fix=(
+            "List at least minInstanceTypes instance types of the GPU class "
+            "(gpu_classes[].instance_types, from components/catalog.yaml) and one subnet per zone "
+            "in at least minSubnets zones; where the catalog has fewer types for the class, waive "
+            "it in policies/waivers.yaml with a reason and an expiry."
+        ),
     ),
     ResourceRule(
         "ec2-imds-pods-kept-out",
@@ -100,5 +110,9 @@ POLICIES = [
         _check_imds,
         MANDATORY,
         config={"maxHopLimit": {"type": "integer", "minimum": 1, "default": 1}},
+        fix=(
+            "Set metadataOptions httpTokens: required and httpPutResponseHopLimit: 1 on the launch "
+            "template or EC2NodeClass."
+        ),
     ),
 ]

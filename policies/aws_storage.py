@@ -164,6 +164,10 @@ POLICIES = [
         "manifest can be restored.",
         _check_versioning,
         MANDATORY,
+        fix=(
+            "Give the bucket an aws.s3.BucketVersioning with status Enabled "
+            "(components/aws/storage.py's CheckpointBucket does)."
+        ),
     ),
     StackRule(
         "s3-bucket-lifecycle",
@@ -177,6 +181,11 @@ POLICIES = [
             "maxNoncurrentDays": {"type": "integer", "minimum": 1, "default": 90},
             "maxAbortMultipartDays": {"type": "integer", "minimum": 1, "default": 7},
         },
+        fix=(
+            "Add an aws.s3.BucketLifecycleConfiguration with an enabled rule that expires "
+            "noncurrent versions within maxNoncurrentDays and one that aborts incomplete multipart "
+            "uploads within maxAbortMultipartDays (stack config: aws.checkpoint_storage)."
+        ),
     ),
     StackRule(
         "s3-bucket-kms-encryption",
@@ -186,6 +195,10 @@ POLICIES = [
         "rotation limits what one leaked key version exposes.",
         _check_encryption,
         ADVISORY,
+        fix=(
+            "Add an aws.s3.BucketServerSideEncryptionConfiguration with sseAlgorithm aws:kms and "
+            "kmsMasterKeyId a KMS key of the stack created with enableKeyRotation true."
+        ),
     ),
     StackRule(
         "s3-bucket-public-access-blocked",
@@ -193,6 +206,10 @@ POLICIES = [
         "Checkpoints hold model weights and training data; they must never become public.",
         _check_public_access,
         MANDATORY,
+        fix=(
+            "Add an aws.s3.BucketPublicAccessBlock for the bucket with blockPublicAcls, "
+            "blockPublicPolicy, ignorePublicAcls and restrictPublicBuckets all true."
+        ),
     ),
     StackRule(
         "s3-bucket-tls-only",
@@ -200,6 +217,10 @@ POLICIES = [
         "Checkpoints and credentials-bearing requests must never travel in clear text.",
         _check_tls_only,
         MANDATORY,
+        fix=(
+            "Add an aws.s3.BucketPolicy statement that denies s3:* on the bucket and its objects "
+            "when the condition Bool aws:SecureTransport is false."
+        ),
     ),
     ResourceRule(
         "kms-key-rotation-enabled",
@@ -207,5 +228,6 @@ POLICIES = [
         "Rotation limits the blast radius of a compromised key version.",
         _check_key_rotation,
         ADVISORY,
+        fix="Set enableKeyRotation: true on the aws.kms.Key.",
     ),
 ]

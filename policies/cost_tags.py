@@ -106,6 +106,10 @@ POLICIES = [
         _check_cost_tags,
         ADVISORY,
         config=REQUIRED,
+        fix=(
+            "Set the missing tags on the resource, or as defaultTags on its explicit aws.Provider "
+            "(components/tags.py builds them from cost_tags in the stack config)."
+        ),
     ),
     ResourceRule(
         "gcp-cost-labels-present",
@@ -116,5 +120,9 @@ POLICIES = [
         _check_cost_labels,
         ADVISORY,
         config=REQUIRED,
+        fix=(
+            "Set the missing labels on the resource (labels, resourceLabels, userLabels or "
+            "nodeConfig.resourceLabels), or as defaultLabels on its explicit gcp.Provider."
+        ),
     ),
 ]

@@ -109,6 +109,12 @@ POLICIES = [
         _check_endpoint_networks,
         MANDATORY,
         config={"minPrefixLength": {"type": "integer", "minimum": 1, "maximum": 32, "default": 16}},
+        fix=(
+            "List only the egress networks of your office, VPN and CI runners, each "
+            "/minPrefixLength or narrower, in aws.cluster.create.public_endpoint_cidrs (EKS) or "
+            "gcp.cluster.create.authorized_networks (GKE); an empty EKS list makes the endpoint "
+            "private."
+        ),
     ),
     ResourceRule(
         "iam-no-wildcard-principal",
@@ -118,5 +124,10 @@ POLICIES = [
         "the account, or of every account.",
         _check_no_wildcard_principal,
         MANDATORY,
+        fix=(
+            "Name each principal exactly (a role ARN, a group:, user: or serviceAccount: member); "
+            "replace NotPrincipal with a Principal list and allUsers or allAuthenticatedUsers with "
+            "groups."
+        ),
     ),
 ]

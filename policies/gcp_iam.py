@@ -99,6 +99,10 @@ POLICIES = [
         "nodes get short-lived tokens instead.",
         _check_no_keys,
         MANDATORY,
+        fix=(
+            "Delete the key resource; pods use Workload Identity and people their own credentials, "
+            "so no key is needed."
+        ),
     ),
     ResourceRule(
         "gcs-workload-prefix-scoped",
@@ -107,6 +111,11 @@ POLICIES = [
         "grant reaches every team's checkpoints (counterpart of iam-workload-prefix-scoped).",
         _check_prefix_scoped,
         MANDATORY,
+        fix=(
+            "Add an IAM condition to the bucket grant that limits it to the team's prefix "
+            "(resource.name.startsWith('projects/_/buckets/<bucket>/objects/<prefix>/')), as "
+            "components/gcp/iam.py writes it."
+        ),
     ),
     StackRule(
         "gke-workload-pool-after-cluster",
@@ -116,5 +125,9 @@ POLICIES = [
         "binding created earlier fails the first `pulumi up` on an empty project.",
         _check_pool_after_cluster,
         MANDATORY,
+        fix=(
+            "Make the resource depend on the GKE cluster (depends_on, or a value read from the "
+            "cluster's workloadIdentityConfig) so the pool exists when it is created."
+        ),
     ),
 ]

@@ -35,5 +35,9 @@ POLICIES = [
         "the whole first `pulumi up`, would fail at create.",
         _check_threshold_comparison,
         MANDATORY,
+        fix=(
+            "Set the condition's conditionThreshold.comparison to COMPARISON_GT or COMPARISON_LT; "
+            "the Monitoring API refuses the others for metric thresholds."
+        ),
     ),
 ]

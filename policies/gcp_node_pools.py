@@ -80,6 +80,10 @@ POLICIES = [
         "cannot survive a 30-second recall.",
         _check_spot_pool_tainted,
         MANDATORY,
+        fix=(
+            "Add a taint with effect NO_SCHEDULE (or NO_EXECUTE) to the spot node pool's "
+            "nodeConfig.taints."
+        ),
     ),
     ResourceRule(
         "gke-spot-pool-shutdown-grace",
@@ -92,6 +96,10 @@ POLICIES = [
         config={
             "maxShutdownGraceSeconds": {"type": "integer", "minimum": 1, "default": 120},
         },
+        fix=(
+            "Set gcp.spot_shutdown in the stack config to at most maxShutdownGraceSeconds, with "
+            "critical_pods_seconds below seconds."
+        ),
     ),
     ResourceRule(
         "gke-buffer-pool-on-demand-fixed",
@@ -101,5 +109,9 @@ POLICIES = [
         "nodes no recall takes, and an autoscaler would size it against the schedule.",
         _check_buffer_fixed,
         MANDATORY,
+        fix=(
+            "Keep the buffer pool on-demand (no spot or preemptible) and without autoscaling; its "
+            "schedule sets its size (gcp.buffer_pool in the stack config)."
+        ),
     ),
 ]

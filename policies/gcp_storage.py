@@ -117,6 +117,7 @@ POLICIES = [
         "Per-object ACLs bypass IAM; checkpoints must be governed by IAM alone.",
         _check_uniform_access,
         MANDATORY,
+        fix="Set uniformBucketLevelAccess: true on the bucket.",
     ),
     ResourceRule(
         "gcs-bucket-versioning-enabled",
@@ -124,6 +125,7 @@ POLICIES = [
         "Versioning is the second line of defence for checkpoints on GCP too.",
         _check_versioning,
         MANDATORY,
+        fix="Set versioning: {enabled: true} on the bucket.",
     ),
     ResourceRule(
         "gcs-bucket-public-access-prevented",
@@ -131,6 +133,7 @@ POLICIES = [
         "Checkpoints hold model weights and training data; no IAM grant may ever make them public.",
         _check_public_access,
         MANDATORY,
+        fix="Set publicAccessPrevention: enforced on the bucket.",
     ),
     ResourceRule(
         "gcs-bucket-soft-delete",
@@ -140,6 +143,10 @@ POLICIES = [
         _check_soft_delete,
         ADVISORY,
         config={"minSoftDeleteDays": {"type": "integer", "minimum": 1, "default": 7}},
+        fix=(
+            "Set softDeletePolicy.retentionDurationSeconds to at least minSoftDeleteDays days on "
+            "the bucket."
+        ),
     ),
     ResourceRule(
         "gcs-bucket-lifecycle",
@@ -148,6 +155,10 @@ POLICIES = [
         _check_lifecycle,
         ADVISORY,
         config={"maxNoncurrentDays": {"type": "integer", "minimum": 1, "default": 90}},
+        fix=(
+            "Add lifecycle rules that Delete noncurrent versions (daysSinceNoncurrentTime at most "
+            "maxNoncurrentDays) and AbortIncompleteMultipartUpload."
+        ),
     ),
     StackRule(
         "gcs-bucket-cmek",
@@ -158,6 +169,11 @@ POLICIES = [
         _check_cmek,
         ADVISORY,
         config=ROTATION,
+        fix=(
+            "Set encryption.defaultKmsKeyName to a KMS crypto key of the stack whose "
+            "rotationPeriod is at most maxRotationDays, and let the project's Cloud Storage "
+            "service agent use it."
+        ),
     ),
     ResourceRule(
         "gcp-kms-key-rotation",
@@ -166,5 +182,9 @@ POLICIES = [
         _check_key_rotation,
         ADVISORY,
         config=ROTATION,
+        fix=(
+            "Set rotationPeriod on the crypto key to maxRotationDays or less (in seconds, e.g. "
+            "7776000s for 90 days)."
+        ),
     ),
 ]

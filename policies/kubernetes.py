@@ -196,6 +196,10 @@ POLICIES = [
         _check_services_priority,
         MANDATORY,
         config={"servicesClassPattern": {"type": "string", "default": "service"}},
+        fix=(
+            "Give the services PriorityClass the highest value of all PriorityClasses and "
+            "preemptionPolicy PreemptLowerPriority (or leave it unset)."
+        ),
     ),
     ResourceRule(
         "k8s-spot-job-ignores-disruption",
@@ -205,6 +209,10 @@ POLICIES = [
         "would resume from their checkpoint.",
         _check_ignores_disruption,
         MANDATORY,
+        fix=(
+            "Add a podFailurePolicy rule with action Ignore and onPodConditions [{type: "
+            "DisruptionTarget}] to the Job, CronJob job template or JobSet's replicated jobs."
+        ),
     ),
     ResourceRule(
         "k8s-spot-job-grace-period",
@@ -214,6 +222,10 @@ POLICIES = [
         _check_grace_period,
         ADVISORY,
         config={"noticeBudgetSeconds": {"type": "integer", "minimum": 1, "default": 120}},
+        fix=(
+            "Set terminationGracePeriodSeconds on the pod template to at least noticeBudgetSeconds "
+            "(the cloud's notice: kubernetes.notice_seconds in the stack config)."
+        ),
     ),
     ResourceRule(
         "karpenter-spot-pool-tainted",
@@ -222,6 +234,10 @@ POLICIES = [
         "The same guard as for EKS node groups, for clusters that provision with Karpenter.",
         _check_karpenter_tainted,
         MANDATORY,
+        fix=(
+            "Add a taint with effect NoSchedule (or NoExecute) to spec.template.spec.taints of the "
+            "NodePool."
+        ),
     ),
     ResourceRule(
         "karpenter-spot-pool-diversified",
@@ -234,6 +250,12 @@ POLICIES = [
             "minInstanceTypes": {"type": "integer", "minimum": 1, "default": 3},
             "minZones": {"type": "integer", "minimum": 1, "default": 2},
         },
+        fix=(
+            "Widen the NodePool's `In` requirements to at least minInstanceTypes instance types of "
+            "the class and minZones zones (gpu_classes[].instance_types and zones); where the "
+            "catalog has fewer types for the class, waive it in policies/waivers.yaml with a "
+            "reason and an expiry."
+        ),
     ),
     ResourceRule(
         "karpenter-gpu-pool-one-accelerator",
@@ -244,6 +266,11 @@ POLICIES = [
         "node, and exact resume holds only on the same hardware.",
         _check_one_accelerator,
         MANDATORY,
+        fix=(
+            "Require karpenter.k8s.aws/instance-gpu-name In [one model] and list only instance "
+            "types of one accelerator model and memory, as components/catalog.yaml groups them "
+            "into GPU classes."
+        ),
     ),
     ResourceRule(
         "karpenter-gpu-pool-limited",
@@ -252,5 +279,9 @@ POLICIES = [
         "service quotas; an unbounded pool escapes both and the bill.",
         _check_gpu_limit,
         ADVISORY,
+        fix=(
+            "Set spec.limits with nvidia.com/gpu on the NodePool (gpu_classes[].spot_gpus or "
+            "on_demand_gpus in the stack config)."
+        ),
     ),
 ]

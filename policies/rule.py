@@ -1,4 +1,6 @@
-"""Policies that also say why they exist (for the README table), with thresholds in config_schema.
+"""Policies that also say why they exist (for the README table), with thresholds in config_schema,
+and pulumi-policy's metadata: a severity, the steps that fix a violation, and the URL of the
+README section that explains the policy.
 
 Each check is called as `check(args, report_violation, settings)`, where `settings` holds the
 configured thresholds over the schema defaults: the Pulumi CLI fills the defaults in before it
@@ -15,6 +17,7 @@ from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
     ResourceValidationPolicy,
+    Severity,
     StackValidationPolicy,
 )
 
@@ -24,6 +27,14 @@ MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
 
 Check = Callable[[Any, Callable[..., None], Mapping[str, Any]], None]
+
+# Where the pack's README is browsable, beside the runbooks the stacks' alerts link to
+# (alerts.runbook_base_url); a fork sets its own. Each policy's section is anchored by its name.
+DOCS_URL = (
+    "https://git.ml-platform.internal/platform/spot-training-blueprint/blob/main/policies/README.md"
+)
+# A mandatory rule guards what must never happen; an advisory one what wears the platform down.
+SEVERITY = {MANDATORY: Severity.HIGH, ADVISORY: Severity.MEDIUM}
 
 
 class _Explained:
@@ -39,6 +50,8 @@ class _Explained:
         level: EnforcementLevel = ADVISORY,
         config: Mapping[str, dict] | None = None,
         waivable: bool = True,
+        *,
+        fix: str,
     ) -> None:
         config = config or {}
         defaults = {key: schema["default"] for key, schema in config.items()}
@@ -54,6 +67,9 @@ class _Explained:
             validate=validate,
             enforcement_level=level,
             config_schema=PolicyConfigSchema(properties=dict(config)) if config else None,
+            severity=SEVERITY[level],
+            remediation_steps=fix,
+            url=f"{DOCS_URL}#{name}",
         )
         self.why = why
 

@@ -60,6 +60,10 @@ POLICIES = [
         _check_not_expired,
         MANDATORY,
         waivable=False,
+        fix=(
+            "Fix the violation the waiver covered and delete the waiver from "
+            "policies/waivers.yaml, or renew it with a new expiry and the reason it still holds."
+        ),
     ),
     StackRule(
         "waiver-still-needed",
@@ -69,6 +73,7 @@ POLICIES = [
         _check_still_needed,
         ADVISORY,
         waivable=False,
+        fix="Delete the waiver from policies/waivers.yaml: the violation it covered is gone.",
     ),
     # Last: it reads and clears the run's ledger.
     StackRule(
@@ -79,5 +84,9 @@ POLICIES = [
         _report_waived,
         ADVISORY,
         waivable=False,
+        fix=(
+            "Fix the violation before the waiver's expiry, then delete the waiver from "
+            "policies/waivers.yaml."
+        ),
     ),
 ]

@@ -55,14 +55,17 @@ def _checkov_checks() -> list:
 
 def render_tables() -> str:
     lines = [
-        "| Policy | Level | Kind | What it enforces | Why | Settings (default) |",
-        "|---|---|---|---|---|---|",
+        "| Policy | Level | Severity | Kind | What it enforces | Why | How to fix "
+        "| Settings (default) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for policy in ALL_POLICIES:
         kind = "stack" if type(policy).__name__ == "StackRule" else "resource"
+        # The anchor each policy's `url` points to.
         lines.append(
-            f"| `{policy.name}` | {policy.enforcement_level.value} | {kind} "
-            f"| {_cell(policy.description)} | {_cell(policy.why)} | {_settings(policy)} |"
+            f'| <a id="{policy.name}"></a>`{policy.name}` | {policy.enforcement_level.value} '
+            f"| {policy.severity.value} | {kind} | {_cell(policy.description)} "
+            f"| {_cell(policy.why)} | {_cell(policy.remediation_steps)} | {_settings(policy)} |"
         )
     lines += ["", "| checkov check | Applies to | What it enforces | Why |", "|---|---|---|---|"]
     for check in _checkov_checks():

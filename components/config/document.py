@@ -2,7 +2,8 @@
 
 Pulumi hands the program every config key of the stack as a string, namespaced
 (`spot-training:teams`); structured values arrive JSON-encoded. `decode_values` turns that map
-into the raw document `load_config` (components/config/loading.py) validates, and
+into the raw document `load_config` (components/config/loading.py) validates (the region, and the
+GCP project, from the cloud provider's own keys, where Pulumi users set them), and
 `document_problems` refuses what no schema field could hold but would break the code that reads
 it: keys that are not strings, integers the engine cannot carry, nesting without end, text that is
 not Unicode.
@@ -18,10 +19,20 @@ from typing import Any
 # Namespaces a stack may set besides the project's own: the providers the program uses and
 # Pulumi's own settings.
 PROVIDER_NAMESPACES = ("aws", "gcp", "kubernetes", "pulumi")
+# Where Pulumi users set a cloud's region and project: the provider's own keys, by cloud, and the
+# document field each fills (the project's own key of that field, where a stack sets it too, must
+# agree).
+PROVIDER_FIELDS = {
+    "aws": {"aws:region": ("region",)},
+    "gcp": {"gcp:region": ("region",), "gcp:project": ("gcp", "project")},
+}
 # Deeper than any field of the schema, far below Python's recursion limit.
 MAX_DEPTH = 16
 # The engine carries numbers as IEEE doubles: larger integers would not arrive as written.
 MAX_INTEGER = 2**53 - 1
+# What an encrypted (`secure:`) value reads as where it cannot be decrypted (offline): Pulumi's own
+# rendering of a secret it does not show.
+SECRET = "[secret]"
 
 Location = tuple[str | int, ...]
 Problem = tuple[Location, str]
@@ -53,7 +64,32 @@ def decode_values(
             document[field] = text  # a plain string such as `region: us-east-1`
         except (ValueError, RecursionError) as exc:
             problems.append((key, f"cannot be read: {_reason(exc)}"))
-    return document, problems
+    return document, problems + _provider_fields(document, values, project)
+
+
+def _provider_fields(
+    document: dict[str, Any], values: Mapping[str, str], project: str
+) -> list[tuple[str, str]]:
+    """Fills the document's region (and GCP project) from the cloud provider's keys; a project
+    key that says otherwise is a problem naming both, never silently one of them."""
+    problems = []
+    cloud = document.get("cloud")
+    for key, path in PROVIDER_FIELDS.get(cloud if isinstance(cloud, str) else "", {}).items():
+        *sections, field = path
+        holder = document
+        for section in sections:
+            holder = holder.get(section) if isinstance(holder, dict) else None
+        if key not in values or not isinstance(holder, dict):
+            continue
+        own = holder.setdefault(field, values[key])
+        if own != values[key]:
+            problems.append(
+                (
+                    f"{project}:{'.'.join(path)}",
+                    f"{own!r} conflicts with {key} {values[key]!r}: set it once, in {key}",
+                )
+            )
+    return problems
 
 
 def document_problems(value: Any, location: Location = ()) -> list[Problem]:

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from components.config.document import SECRET
+
 
 class ProgramInputError(Exception):
     """The program directory or its stack files cannot be read as given."""
@@ -131,21 +133,53 @@ def stack_file(program_dir: Path, project: dict[str, Any], stack: str) -> Path:
 def stack_config(path: Path, project_name: str) -> tuple[dict[str, str], list[str]]:
     """The stack's `config:` as the CLI hands it to a program: namespaced keys, string values.
 
-    Structured values travel JSON-encoded; scalars as their string form; `secure:` values cannot
-    be decrypted offline and become a placeholder marked secret.
+    Structured values travel JSON-encoded; scalars as their string form. `secure:` values, at the
+    top or nested (`pulumi config set --secret --path`), cannot be decrypted offline: each becomes
+    the placeholder SECRET, and its key is marked secret, as the CLI marks a key that holds one.
     """
     document = read_yaml(path) or {}
     if not isinstance(document, dict):
         raise ProgramInputError(f"{path}: a stack file must be a mapping with a 'config' key")
+    if "environment" in document:
+        raise ProgramInputError(_environment_refusal(path, document["environment"]))
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     for full_key, value in _namespaced(path, document.get("config"), project_name).items():
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            config[full_key] = "[secret]"
+        value, secret = _opaque_secrets(value)
+        config[full_key] = _config_string(value)
+        if secret:
             secret_keys.append(full_key)
-        else:
-            config[full_key] = _config_string(value)
     return config, secret_keys
+
+
+def _opaque_secrets(value: Any) -> tuple[Any, bool]:
+    """The value with each `secure:` value in it replaced by SECRET, and whether it held one."""
+    if isinstance(value, dict) and set(value) == {"secure"}:
+        return SECRET, True
+    if isinstance(value, dict):
+        pairs = {key: _opaque_secrets(item) for key, item in value.items()}
+        return {key: item for key, (item, _) in pairs.items()}, any(
+            secret for _, secret in pairs.values()
+        )
+    if isinstance(value, list):
+        pairs = [_opaque_secrets(item) for item in value]
+        return [item for item, _ in pairs], any(secret for _, secret in pairs)
+    return value, False
+
+
+def _environment_refusal(path: Path, imports: Any) -> str:
+    """Why a stack that imports Pulumi ESC environments cannot be read offline, and what to do.
+
+    Only the Pulumi CLI, signed in to Pulumi Cloud, opens an environment; reading its values from
+    a file instead would put its secrets on disk in plain text and preview values that `pulumi up`
+    may no longer see.
+    """
+    names = ", ".join(map(str, imports)) if isinstance(imports, list) else str(imports)
+    return (
+        f"{path}: imports Pulumi ESC environment(s) {names}, which only the Pulumi CLI opens "
+        "(`pulumi preview`); to preview offline, set the keys the stack needs in its own config "
+        "instead (`pulumi config set`, with `--secret` for secrets)"
+    )
 
 
 def program_config(

@@ -6,16 +6,17 @@ field path and, for an enumeration, its allowed values."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_origin
 
 from pydantic import ValidationError
 
 from components.config.capacity import capacity_problems
-from components.config.document import decode_values, document_problems
+from components.config.document import SECRET, decode_values, document_problems
 from components.config.files import ProgramInputError, load_project, program_config
 from components.config.gcp import environment_problem
+from components.config.schema import misplaced_secrets, secret_fields
 from components.config.stack import StackConfig
 
 # Labels pydantic adds to error locations, e.g. "function-after[_check(), Pool]".
@@ -32,6 +33,13 @@ class ConfigError(ValueError):
         super().__init__("invalid stack config:\n" + "\n".join(lines))
 
 
+# What an encrypted value in a field that is no credential is told.
+MISPLACED_SECRET = (
+    "stored encrypted (`secure:`), but the platform writes this field in plain text (names, "
+    f"tags, settings); only {', '.join(secret_fields(StackConfig))} may be secret: set it "
+    "without --secret"
+)
+
 # Top-level fields whose value is text: Pulumi's string form of `"true"` or `"123"` is the value.
 STRING_FIELDS = tuple(
     name
@@ -40,9 +48,21 @@ STRING_FIELDS = tuple(
 )
 
 
-def load_values(values: Mapping[str, str], namespace: str) -> StackConfig:
+def load_values(
+    values: Mapping[str, str], namespace: str, secret_keys: Iterable[str] = ()
+) -> StackConfig:
     """`load_config` on the stack's config as Pulumi hands it to the program: every key
-    namespaced, every value a string (structured ones JSON-encoded)."""
+    namespaced, every value a string (structured ones JSON-encoded), `secret_keys` the keys that
+    hold an encrypted value. The CLI marks a whole key, so a key of the project's that holds no
+    credential field is refused here; placeholders name the exact field offline."""
+    holders = {path.split(".")[0] for path in secret_fields(StackConfig)}
+    refused = sorted(
+        key
+        for key in secret_keys
+        if key.startswith(f"{namespace}:") and key.partition(":")[2] not in holders
+    )
+    if refused:
+        raise ConfigError([(key, MISPLACED_SECRET) for key in refused])
     return load_config(_decoded(values, namespace), namespace)
 
 
@@ -77,6 +97,9 @@ def load_config(raw: dict[str, Any], namespace: str = "") -> StackConfig:
         raise ConfigError(
             [(_path(err["loc"]), _message(err)) for err in exc.errors()], namespace
         ) from None
+    misplaced = [(path, MISPLACED_SECRET) for path in misplaced_secrets(config)]
+    if misplaced:
+        raise ConfigError(misplaced, namespace)
     problem = config.cloud == "gcp" and environment_problem(config.environment)
     problems = [("environment", problem)] if problem else capacity_problems(config)
     if problems:
@@ -101,6 +124,8 @@ def _path(loc: tuple[str | int, ...]) -> str:
 
 def _message(err: dict[str, Any]) -> str:
     message = err["msg"].removeprefix("Value error, ")
+    if err.get("input") == SECRET:
+        return MISPLACED_SECRET
     if err["type"] == "extra_forbidden":
         return "unknown field (check the spelling against the schema)"
     if err["type"] == "missing":

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.fields import FieldInfo
+
+from components.config.document import SECRET
 
 # Kubernetes DNS-1123 label: namespaces, team names (they become label values and resource names).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -26,6 +29,65 @@ def ipv4_network(value: str) -> ipaddress.IPv4Network:
         return ipaddress.IPv4Network(value)
     except ValueError as exc:
         raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+
+
+class Secret:
+    """Marks a field that may hold a credential (a webhook URL, a password): the one kind of
+    field a stack may keep encrypted (`pulumi config set --secret`), and one the components always
+    carry as a Pulumi secret."""
+
+
+def secret_text(pattern: str) -> Any:
+    """Text of the pattern, or, where an encrypted value cannot be decrypted (offline), the
+    placeholder SECRET, which is accepted unchecked."""
+
+    def check(value: str) -> str:
+        if value != SECRET and not re.fullmatch(pattern, value):
+            raise ValueError(f"{value!r} does not match {pattern}")
+        return value
+
+    return Annotated[str, Secret(), AfterValidator(check)]
+
+
+def _parts(annotation: Any) -> list[Any]:
+    """A type annotation and everything inside it: union members, items, Annotated metadata."""
+    return [annotation, *(part for arg in get_args(annotation) for part in _parts(arg))]
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    return any(isinstance(part, Secret) for part in (*_parts(field.annotation), *field.metadata))
+
+
+def secret_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Paths of the fields under `model` that may hold a credential."""
+    found = []
+    for name, field in model.model_fields.items():
+        if _is_secret(field):
+            found.append(prefix + name)
+        for part in _parts(field.annotation):
+            if isinstance(part, type) and issubclass(part, BaseModel):
+                found += secret_fields(part, f"{prefix}{name}.")
+    return found
+
+
+def misplaced_secrets(model: BaseModel, prefix: str = "") -> list[str]:
+    """Paths of the placeholders of encrypted values (SECRET) in fields that are no credential:
+    the platform writes those in plain text (names, tags, settings)."""
+    found = []
+    for name, field in type(model).model_fields.items():
+        if not _is_secret(field):
+            found += _placeholders(getattr(model, name), prefix + name)
+    return found
+
+
+def _placeholders(value: Any, path: str) -> list[str]:
+    if isinstance(value, BaseModel):
+        return misplaced_secrets(value, f"{path}.")
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _placeholders(item, f"{path}[{key!r}]")]
+    if isinstance(value, list | tuple):
+        return [p for i, item in enumerate(value) for p in _placeholders(item, f"{path}[{i}]")]
+    return [path] if value == SECRET else []
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

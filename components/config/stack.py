@@ -23,6 +23,7 @@ from components.config.schema import (
     NonNegativeInt,
     PositiveInt,
     duration_seconds,
+    secret_text,
 )
 from components.versions import RESERVED_NAMESPACES
 
@@ -37,6 +38,8 @@ MAX_TAGS = 50
 # Cost tags the platform sets on every taggable resource.
 RESERVED_TAGS = ("team", "env", "capacity-type")
 HTTPS_URL = r"^https://[A-Za-z0-9.-]+(:\d+)?(/\S*)?$"
+# A webhook's URL carries its token: a credential.
+WebhookUrl = secret_text(HTTPS_URL)
 # The environment whose alerts page people: its links must lead somewhere.
 PRODUCTION = "prod"
 
@@ -144,10 +147,10 @@ class Alerts(Model):
         description="Addresses subscribed to the alert topic (email through SNS); at least one, "
         "or alerts reach no one.",
     )
-    webhook_url: str | None = Field(
+    webhook_url: WebhookUrl | None = Field(
         default=None,
-        pattern=HTTPS_URL,
-        description="Optional webhook Alertmanager also posts to (chat, paging service).",
+        description="Optional webhook Alertmanager also posts to (chat, paging service); a "
+        "credential, best kept encrypted (`pulumi config set --secret`).",
     )
     runbook_base_url: str = Field(
         pattern=HTTPS_URL,

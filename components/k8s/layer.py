@@ -64,6 +64,12 @@ def training_image(image: str, repository: pulumi.Input[str]) -> pulumi.Input[st
     return pulumi.Output.concat(repository, "@", image)
 
 
+def secret(value: str | None) -> pulumi.Output[str] | None:
+    """A credential from the stack config (`Secret` fields), as a Pulumi secret: the engine keeps
+    it encrypted in every resource's inputs, outputs and state."""
+    return None if value is None else pulumi.Output.secret(value)
+
+
 class KubernetesLayer(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: KubernetesLayerArgs, opts: pulumi.ResourceOptions | None = None
@@ -76,7 +82,7 @@ class KubernetesLayer(pulumi.ComponentResource):
             f"{name}-monitoring",
             MonitoringStackArgs(
                 receiver=platform.alert_receiver,
-                webhook_url=config.alerts.webhook_url,
+                webhook_url=secret(config.alerts.webhook_url),
                 node_selector=dict(STABLE.node_labels),
                 heartbeat_receiver=platform.heartbeat_receiver,
                 storage_class=platform.storage_class,

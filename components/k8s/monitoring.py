@@ -65,7 +65,8 @@ class StorageClassSpec:
 class MonitoringStackArgs:
     # Alertmanager receiver settings that reach the cloud's alert targets, e.g. `sns_configs`.
     receiver: dict[str, Any]
-    webhook_url: str | None = None
+    # A credential: the layer hands it over as a Pulumi secret.
+    webhook_url: pulumi.Input[str] | None = None
     # Where the stack's controllers run: the stable pool.
     node_selector: dict[str, str] = field(default_factory=dict)
     # Receiver settings of the cloud's dead man's switch, which the heartbeat goes to.
@@ -83,7 +84,7 @@ class MonitoringStackArgs:
 
 def alertmanager_config(
     receiver: dict[str, Any],
-    webhook_url: str | None,
+    webhook_url: pulumi.Input[str] | None,
     heartbeat_receiver: dict[str, Any] | None = None,
 ) -> dict:
     """Alertmanager's routes and receivers; the chart's defaults fill in the rest (Helm merges

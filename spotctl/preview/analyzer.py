@@ -65,6 +65,9 @@ class PolicyReport:
     logs: list[str] = field(default_factory=list)  # the pack's output; complete once closed
     # The policy config the pack ran with: each policy's level and thresholds.
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What each policy announces of how to fix a violation and where it is explained:
+    # {policy: (remediation steps, url)}.
+    guidance: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def mandatory(self) -> list[Violation]:
@@ -365,6 +368,7 @@ class PolicyAnalyzer:
             ],
             logs=self._logs,
             config=self.config,
+            guidance={p.name: (p.remediation_steps, p.url) for p in self.info.policies},
         )
 
     def _described(
@@ -479,6 +483,10 @@ def format_report(report: PolicyReport) -> str:
             detail = violation.message.splitlines()[-1]
             lines.append(f"    [{level}] {violation.policy} ({where})")
             lines.append(f"        {detail}")
+            fix, url = report.guidance.get(violation.policy, ("", ""))
+            lines += [
+                f"        {label}: {text}" for label, text in (("fix", fix), ("see", url)) if text
+            ]
     if not report.violations:
         lines.append("  no violations")
     if report.logs:

@@ -13,7 +13,10 @@ error), 1 = the program crashed. On 1 and 2, OUT_JSON holds {"error": message}. 
 
 The mock engine answers like a cloud would on `pulumi up`: every resource gets an id, an ARN and
 a physical name in the provider's formats (`spotctl.preview.aws`, `spotctl.preview.gcp`), so no
-program has to special-case a preview.
+program has to special-case a preview. And it refuses what the engine refuses: a resource or call
+that names no provider where `pulumi:disable-default-providers` disables its package's default.
+Inputs the program marked secret are listed by path (`secrets`) and shown as `[secret]` in the
+outputs, as the engine keeps them in the state.
 """
 
 from __future__ import annotations
@@ -39,25 +42,62 @@ import spotctl.preview.aws as aws
 import spotctl.preview.gcp as gcp
 from spotctl.preview.ids import stable_hex
 
+# How the engine shows a secret. Not imported from `components`: this interpreter imports nothing
+# of it before the program does.
+SECRET = "[secret]"
 
-def _plain(value: Any) -> Any:
-    """Wire-format property value -> JSON: secrets unwrapped, resource references as URNs, values
-    not known until deploy as the engine's unknown marker (as `pulumi preview --json` writes
-    them)."""
+
+def _plain(value: Any, secrets: list[list] | None = None, path: tuple = ()) -> Any:
+    """Wire-format property value -> JSON: secrets unwrapped (their paths appended to `secrets`),
+    resource references as URNs, values not known until deploy as the engine's unknown marker (as
+    `pulumi preview --json` writes them)."""
     if isinstance(value, Unknown):
         return rpc.UNKNOWN
     if isinstance(value, dict):
         signature = value.get(rpc._special_sig_key)
         if signature == rpc._special_secret_sig:
-            return _plain(value.get("value"))
+            if secrets is not None:
+                secrets.append(list(path))
+            return _plain(value.get("value"), secrets, path)
         if signature == rpc._special_resource_sig:
             return value.get("urn")
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: _plain(item, secrets, (*path, key)) for key, item in value.items()}
     if isinstance(value, list):
-        return [_plain(item) for item in value]
+        return [_plain(item, secrets, (*path, i)) for i, item in enumerate(value)]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
+
+
+def _concealed(value: Any, secrets: list[list]) -> Any:
+    """`value` with what lies at each secret path shown as the engine shows a secret: the engine
+    keeps a secret input secret in the resource's outputs and state."""
+    for *parents, last in filter(None, secrets):
+        holder = value
+        for key in parents:
+            holder = _child(holder, key)
+        if _child(holder, last) is not None:
+            holder[last] = SECRET
+    return value
+
+
+def _child(holder: Any, key: str | int) -> Any:
+    if isinstance(holder, dict):
+        return holder.get(key)
+    if isinstance(holder, list) and isinstance(key, int) and key < len(holder):
+        return holder[key]
+    return None
+
+
+def _disabled_packages(config: dict[str, str]) -> set[str]:
+    """The packages whose default provider `pulumi:disable-default-providers` disables: a list
+    (`["*"]` for all), as Pulumi documents it; a lone name stands for itself."""
+    text = config.get("pulumi:disable-default-providers", "[]")
+    try:
+        names = json.loads(text)
+    except json.JSONDecodeError:
+        names = text
+    return {str(name) for name in names} if isinstance(names, list) else {str(names)}
 
 
 class CloudMocks(mocks.Mocks):
@@ -106,10 +146,31 @@ class CloudMocks(mocks.Mocks):
 class RecordingMonitor(mocks.MockMonitor):
     """The mock monitor, also recording what the engine learns about each registration."""
 
-    def __init__(self, cloud_mocks: CloudMocks, progress: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        cloud_mocks: CloudMocks,
+        disabled_packages: set[str],
+        progress: TextIO | None = None,
+    ) -> None:
         super().__init__(cloud_mocks)
         self.registrations: list[dict[str, Any]] = []
+        self.disabled_packages = disabled_packages
         self.progress = progress
+        # What the engine refuses, as `pulumi preview` reports it: the preview fails.
+        self.errors: list[str] = []
+
+    def _explicit_provider(self, token: str, provider: str, what: str) -> None:
+        """As the engine does with `pulumi:disable-default-providers`: a resource or call of a
+        disabled package that names no provider is an error."""
+        package = token.split(":")[0]
+        if not provider and ({package, "*"} & self.disabled_packages) and package != "pulumi":
+            self.errors.append(
+                f"Default provider for '{package}' disabled. {what} must use an explicit provider."
+            )
+
+    def Invoke(self, request):  # noqa: N802 (gRPC method name)
+        self._explicit_provider(request.tok, request.provider, f"'{request.tok}'")
+        return super().Invoke(request)
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         # As the engine does: the root stack never qualifies its children's types.
@@ -119,6 +180,8 @@ class RecordingMonitor(mocks.MockMonitor):
 
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
+        if request.custom and not request.type.startswith("pulumi:providers:"):
+            self._explicit_provider(request.type, request.provider, f"'{response.urn}'")
         properties = json_format.MessageToDict(request.object)
         if request.type.startswith("pulumi:providers:"):
             region = properties.get("region")
@@ -131,7 +194,8 @@ class RecordingMonitor(mocks.MockMonitor):
                     properties.get("project") or project,
                     region or default_region,
                 )
-        inputs = _plain(properties)
+        secrets: list[list] = []
+        inputs = _plain(properties, secrets)
         registered = self.resources.get(response.urn)
         self.registrations.append(
             {
@@ -142,7 +206,8 @@ class RecordingMonitor(mocks.MockMonitor):
                 "parent": request.parent or None,
                 "custom": bool(request.custom),
                 "inputs": inputs,
-                "outputs": _plain(registered.state) if registered else {},
+                "outputs": _concealed(_plain(registered.state), secrets) if registered else {},
+                "secrets": secrets,
                 "dependencies": list(request.dependencies),
                 "provider": request.provider or None,
                 "ignore_changes": list(request.ignoreChanges),
@@ -180,7 +245,7 @@ def strict_deprecations() -> None:
 
 def run(
     request: dict[str, Any], diagnostics: Diagnostics, progress: TextIO | None = None
-) -> list[dict[str, Any]]:
+) -> RecordingMonitor:
     config, main = request["config"], Path(request["main"])
     os.chdir(request["program_dir"])
     sys.path.insert(0, str(main if main.is_dir() else main.parent))
@@ -194,6 +259,7 @@ def run(
             gcp_project=config.get("gcp:project", gcp.DEFAULT_PROJECT),
             gcp_region=config.get("gcp:region", gcp.DEFAULT_REGION),
         ),
+        _disabled_packages(config),
         progress,
     )
     pulumi.runtime.set_mocks(
@@ -205,7 +271,7 @@ def run(
         monitor=monitor,
     )
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(main), run_name="__main__")))
-    return monitor.registrations
+    return monitor
 
 
 def main(argv: list[str]) -> int:
@@ -218,8 +284,10 @@ def main(argv: list[str]) -> int:
         fd = int(argv[argv.index("--progress-fd") + 1])
         progress = open(fd, "w", buffering=1)  # noqa: SIM115 - open while the program runs
     diagnostics = Diagnostics()
+    refused: list[str] = []
     try:
-        result, status = {"resources": run(request, diagnostics, progress)}, 0
+        monitor = run(request, diagnostics, progress)
+        result, status, refused = {"resources": monitor.registrations}, 0, monitor.errors
     except pulumi.RunError as exc:
         result, status = {"error": str(exc)}, 2
     except DeprecationWarning as exc:  # raised only in strict mode
@@ -227,7 +295,7 @@ def main(argv: list[str]) -> int:
     except Exception:  # noqa: BLE001 - a crashing program is reported, with its traceback
         result, status = {"error": traceback.format_exc()}, 1
     # As `pulumi preview` does: an error logged by the program fails the preview.
-    failures = [m for level, m in diagnostics.messages if level in ("error", "critical")]
+    failures = refused + [m for level, m in diagnostics.messages if level in ("error", "critical")]
     if strict:
         failures += [m for _, m in diagnostics.messages if "deprecated" in m.lower()]
     if failures and status == 0:

@@ -32,7 +32,10 @@ class PreviewResource:
     parent: str | None  # parent URN; None for the root stack
     custom: bool  # False for components (and the root stack)
     inputs: dict[str, Any]  # engine (camelCase) names, secrets unwrapped, references as URNs
-    outputs: dict[str, Any] = field(default_factory=dict)  # what the mock engine answered
+    # What the mock engine answered, secret inputs shown as the engine keeps them: "[secret]".
+    outputs: dict[str, Any] = field(default_factory=dict)
+    # Paths (keys and indexes) of the inputs the engine received as secrets.
+    secrets: list[list[str | int]] = field(default_factory=list)
     dependencies: list[str] = field(default_factory=list)  # URNs
     provider: str | None = None  # "URN::id" of an explicit provider, None for the default one
     id: str | None = None  # physical id the mock engine assigned (None for components)

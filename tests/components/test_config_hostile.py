@@ -29,8 +29,8 @@ PROJECT = "spot-training"
 def load_stack_file(path: Path) -> StackConfig:
     """What the program makes of a stack file, short of the engine: the file as the CLI reads it,
     then the keys as Pulumi hands them to the program."""
-    values, _ = stack_config(path, PROJECT)
-    return load_values(values, PROJECT)
+    values, secret_keys = stack_config(path, PROJECT)
+    return load_values(values, PROJECT, secret_keys)
 
 
 def stack_text(values: dict, extra: str = "") -> bytes:

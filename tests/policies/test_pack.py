@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from pulumi.runtime.proto import analyzer_pb2
 from spot_policy_cases import PACK_DIR, resource
 
 from spotctl.preview.analyzer import LEVELS, PolicyAnalyzer, PolicyPackError
@@ -21,7 +22,10 @@ UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 def readme_rows() -> dict[str, str]:
     """{policy name: level} from the README's generated table."""
     text = (PACK_DIR / "README.md").read_text()
-    return dict(re.findall(r"^\| `([a-z0-9-]+)` \| (mandatory|advisory) \|", text, re.MULTILINE))
+    rows = re.findall(
+        r'^\| <a id="([a-z0-9-]+)"></a>`\1` \| (mandatory|advisory) \|', text, re.MULTILINE
+    )
+    return dict(rows)
 
 
 def test_the_running_pack_announces_what_the_readme_lists(analyzer):
@@ -31,6 +35,18 @@ def test_the_running_pack_announces_what_the_readme_lists(analyzer):
     assert len(announced) >= 19
     schema = {p.name: p.configSchema for p in analyzer.info.policies}
     assert schema["eks-spot-pool-diversified"].properties["minInstanceTypes"]["default"] == 3
+
+
+def test_every_policy_says_how_bad_how_to_fix_and_where_to_read(analyzer):
+    """pulumi-policy's metadata, as the running pack announces it (GetAnalyzerInfo): a severity,
+    remediation steps, and a URL whose anchor is the policy's row in the pack's README."""
+    readme = (PACK_DIR / "README.md").read_text()
+    for policy in analyzer.info.policies:
+        assert policy.severity != analyzer_pb2.POLICY_SEVERITY_UNSPECIFIED, policy.name
+        assert len(policy.remediation_steps.split()) >= 5, policy.name
+        page, _, anchor = policy.url.partition("#")
+        assert page.endswith("/policies/README.md") and anchor == policy.name, policy.url
+        assert f'<a id="{anchor}"></a>' in readme, policy.name
 
 
 def test_policy_names_are_kebab_case_service_rule(analyzer):

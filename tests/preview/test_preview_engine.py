@@ -216,3 +216,32 @@ def test_a_malformed_project_file_is_one_line(tmp_path, project, expected):
         preview_program(program, "test")
     assert str(caught.value) == f"{program / 'Pulumi.yaml'}: {expected}"
     assert not caught.value.crashed
+
+
+def test_a_resource_without_an_explicit_provider_is_an_error(tmp_path):
+    """As the engine does with `pulumi:disable-default-providers` (Pulumi.yaml's or the stack's
+    config): a resource or call of a disabled package that names no provider fails the preview."""
+    project = PROJECT + 'config:\n  pulumi:disable-default-providers:\n    value: ["*"]\n'
+    program = _program(
+        tmp_path,
+        """
+        import pulumi, pulumi_aws as aws
+        provider = aws.Provider("west", region="us-west-2")
+        aws.sns.Topic("named", opts=pulumi.ResourceOptions(provider=provider))
+        aws.sns.Topic("defaulted")
+        """,
+        project=project,
+    )
+    with pytest.raises(PreviewError) as caught:
+        preview_program(program, "test")
+    assert str(caught.value) == (
+        "Default provider for 'aws' disabled. 'urn:pulumi:test::tiny::aws:sns/topic:Topic::"
+        "defaulted' must use an explicit provider."
+    )
+    (program / "__main__.py").write_text("import pulumi_aws as aws\naws.get_caller_identity()\n")
+    with pytest.raises(
+        PreviewError,
+        match="Default provider for 'aws' disabled. "
+        "'aws:index/getCallerIdentity:getCallerIdentity' must use",
+    ):
+        preview_program(program, "test")

@@ -218,7 +218,8 @@ def test_an_expired_waiver_is_mandatory(previews, tmp_path):
 def test_a_mandatory_policy_violation_is_mandatory(previews, tmp_path):
     config = tmp_path / "policy.json"
     config.write_text('{"karpenter-spot-pool-diversified": "mandatory"}')
-    review = collect(day=DAY, quarter="2026Q4", policy_config=config, previews=previews)
+    pack = pack_copy(tmp_path / "pack", "waivers: []\n")
+    review = collect(day=DAY, quarter="2026Q4", pack=pack, policy_config=config, previews=previews)
     assert review.mandatory == [
         "stack prod: mandatory karpenter-spot-pool-diversified on "
         "prod-karpenter-h100-80gb-spot-nodepool"
