@@ -172,6 +172,14 @@ def loader_generators(loader: Any) -> dict[str, Any]:
     return found
 
 
+def _states(loader: Any) -> dict[str, Any]:
+    return {k: generator_state(g) for k, g in loader_generators(loader).items()}
+
+
+def _now(loader: Any) -> dict[str, Any]:
+    return {"global": RNGState(cuda=False).state_dict(), "loader": _states(loader)}
+
+
 class LoaderGenerator:
     """The generators a StatefulDataLoader draws from as its iterator starts: those of
     ``loader_generators`` and, with ``starting``, the global ones (used by a loader without
@@ -189,8 +197,9 @@ class LoaderGenerator:
         self._pending: dict[str, Any] | None = None
 
     def state_dict(self, loader: Any) -> dict[str, Any]:
-        at_save = {k: generator_state(g) for k, g in loader_generators(loader).items()}
-        return {"at_save": at_save, "epoch_start": self._epoch_start}
+        # Before any epoch, its start is now: the saved structure is the same either way (a
+        # sharded load fills the live structure).
+        return {"at_save": _states(loader), "epoch_start": self._epoch_start or _now(loader)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = state_dict
@@ -201,10 +210,7 @@ class LoaderGenerator:
         if start:
             RNGState(cuda=False).load_state_dict(start["global"])
             self._set(loader, start["loader"])
-        else:
-            states = {k: generator_state(g) for k, g in loader_generators(loader).items()}
-            start = {"global": RNGState(cuda=False).state_dict(), "loader": states}
-        self._epoch_start = start
+        self._epoch_start = start or _now(loader)
 
     def started(self, loader: Any) -> None:
         """Call once the resumed loader's first iterator exists, before it draws for a new
