@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from spotsafe import goodput, launcher, metrics, worker_signals
 from spotsafe.checkpointer import Checkpointer
-from spotsafe.data import LoaderGenerator
+from spotsafe.data import LoaderGenerator, LoaderPosition, unkept_randomness
 from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
 from spotsafe.preemption import EXIT_PREEMPTED, PreemptionGuard
 from spotsafe.state import RNGState, Stateful
@@ -49,6 +49,7 @@ class _Progress:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.generator = LoaderGenerator()
+        self.position = LoaderPosition()
         self._rng: dict[str, Any] | None = None  # set again once the loader has started
 
     def state_dict(self) -> dict[str, Any]:
@@ -57,7 +58,7 @@ class _Progress:
         own: dict[str, Any] = {"rng": RNGState().state_dict()}
         loader = self.run.loader
         if loader is not None:
-            own["loader"] = loader.state_dict()
+            own["loader"] = self.position.state_dict(loader)
             own["loader_generator"] = self.generator.state_dict(loader)
         return {"epoch": self.run.epoch, f"rank{self.run.ckpt.rank}": own}
 
@@ -75,18 +76,24 @@ class _Progress:
         self.run.epoch = int(state_dict["epoch"])
         RNGState().load_state_dict(own["rng"])
         if loader is not None:
-            loader.load_state_dict(own["loader"])
+            self.position.load_state_dict(loader, own["loader"])
             self.generator.load_state_dict(own["loader_generator"])
             self._rng = own["rng"]
 
-    def started(self) -> None:
-        """Call once the resumed loader's first iterator exists. Creating it drew from the
-        generators after the saved states were taken (a loader without generator= draws its
-        base seed from the global one), so they are set back to the saved states."""
-        self.generator.started(self.run.loader)
+    def epoch(self) -> Iterator[Any]:
+        """The loader's batches of one epoch (the rest of the saved one, once resumed).
+        Creating its iterator draws from the generators (a loader without generator= draws its
+        base seed from the global one), from their states at the epoch's start; they are set
+        back to the saved states once it exists."""
+        loader = self.run.loader
+        self.generator.starting(loader)
+        with worker_signals.held(loader):  # the workers it starts are shielded from birth
+            batches = self.position.counted(iter(loader))
+        self.generator.started(loader)
         if self._rng is not None:
             RNGState().load_state_dict(self._rng)
             self._rng = None
+        return batches
 
 
 class Run:
@@ -206,11 +213,8 @@ class Run:
             sampler = getattr(self.loader, "sampler", None)
             if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch
                 sampler.set_epoch(self.epoch)
-            with worker_signals.held(self.loader):  # the workers it starts are shielded from birth
-                batches = iter(self.loader)
-            self._progress.started()
             empty = True
-            for batch in batches:
+            for batch in self._progress.epoch():
                 empty = False
                 yield from self._one_step(batch)
                 if steps is not None and self.step >= steps:
@@ -262,10 +266,5 @@ def _checked(loader: Any) -> Any:
             f"the loader is a {type(loader).__name__}, which cannot resume mid-epoch; use "
             "torchdata.stateful_dataloader.StatefulDataLoader with the same arguments"
         )
-    if getattr(loader, "num_workers", 0) and not isinstance(loader.dataset, Stateful):
-        log.warning(
-            "the loader's %d worker processes draw from random generators no checkpoint keeps; "
-            "if the dataset draws random numbers (augmentation), wrap it in spotsafe.WorkerRNG",
-            loader.num_workers,
-        )
+    unkept_randomness(loader)
     return loader

@@ -1,8 +1,8 @@
 """What a checkpoint holds: a dict of Stateful objects, as in torch.distributed.checkpoint.
 
 Models, optimizers, LR schedulers, grad scalers and torchdata's StatefulDataLoader are Stateful
-already; a torch.Generator is saved as its state. ``RNGState``, ``DataPosition`` and ``Extras``
-cover the rest of an exact resume.
+already; a random generator object (``GENERATORS``) is saved as its state. ``RNGState``,
+``DataPosition`` and ``Extras`` cover the rest of an exact resume.
 """
 
 from __future__ import annotations
@@ -91,25 +91,70 @@ class Extras(dict):
         self.update(state_dict)
 
 
-class GeneratorState:
-    """A torch.Generator put in the state directly: its state is saved and set back."""
+GENERATORS = (torch.Generator, np.random.Generator, np.random.RandomState, random.Random)
+"""The random generator objects a script or a dataset may hold, each kept by its state."""
 
-    def __init__(self, generator: torch.Generator) -> None:
+
+class GeneratorState:
+    """A generator object (one of ``GENERATORS``) put in the state directly: its state is saved
+    and set back."""
+
+    def __init__(self, generator: Any) -> None:
         self.generator = generator
 
     def state_dict(self) -> dict[str, Any]:
-        return {"state": self.generator.get_state()}
+        return {"state": generator_state(self.generator)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.generator.set_state(state_dict["state"])
+        set_generator_state(self.generator, state_dict["state"])
+
+
+def generator_state(generator: Any) -> Any:
+    """The state of one of ``GENERATORS``, in values a weights-only load reads back (NumPy
+    arrays become lists)."""
+    if isinstance(generator, torch.Generator):
+        return generator.get_state()
+    if isinstance(generator, np.random.Generator):
+        return _listed(generator.bit_generator.state)
+    if isinstance(generator, np.random.RandomState):
+        return _listed(generator.get_state(legacy=False))
+    return generator.getstate()
+
+
+def set_generator_state(generator: Any, state: Any) -> None:
+    if isinstance(generator, torch.Generator):
+        generator.set_state(state)
+    elif isinstance(generator, np.random.Generator):
+        generator.bit_generator.state = _arrays(state)
+    elif isinstance(generator, np.random.RandomState):
+        generator.set_state(_arrays(state))
+    else:
+        generator.setstate(state)
+
+
+def _listed(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {"ndarray": value.tolist(), "dtype": value.dtype.str}
+    if isinstance(value, dict):
+        return {k: _listed(v) for k, v in value.items()}
+    return value
+
+
+def _arrays(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"ndarray", "dtype"}:
+        return np.array(value["ndarray"], dtype=value["dtype"])
+    if isinstance(value, dict):
+        return {k: _arrays(v) for k, v in value.items()}
+    return value
 
 
 def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:
-    if isinstance(value, torch.Generator):
+    if isinstance(value, GENERATORS):
         entry = path.split("/")[0]
         raise ConfigError(
-            f"state[{entry!r}] holds a torch.Generator at {path}; put the generator in the state "
-            "itself (state['generator'] = generator), where spotsafe saves and restores it"
+            f"state[{entry!r}] holds a {type(value).__name__} at {path}; put the generator in "
+            "the state itself (state['generator'] = generator), where spotsafe saves and "
+            "restores it"
         )
     if isinstance(value, torch.Tensor):
         buffer = staging.get(path)
@@ -130,7 +175,7 @@ def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict)
 def _stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
     items = {}
     for key, obj in state.items():
-        if isinstance(obj, torch.Generator):
+        if isinstance(obj, GENERATORS):
             obj = GeneratorState(obj)
         if not isinstance(obj, Stateful):
             raise ConfigError(
