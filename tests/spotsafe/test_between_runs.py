@@ -226,7 +226,7 @@ def test_a_notice_mid_accumulation_saves_at_its_end_and_resumes_exactly(
     # A notice during the 6th micro-batch (mid-accumulation) and during the 8th (its end).
     for signal_at in (6, 8):
         uri = f"{s3_uri}-{signal_at}"
-        stopped = _run(uri, world=world, **ACCUMULATE, every=100, signal_at=signal_at)
+        stopped = _run(uri, world=world, **{**ACCUMULATE, "every": 100}, signal_at=signal_at)
         assert [rank.returncode for rank in stopped] == [75] * world, stopped[0].stderr
         assert _committed(uri) == [8]  # the accumulation's end
         resumed = [_result(rank) for rank in _run(uri, world=world, **ACCUMULATE)]

@@ -254,7 +254,7 @@ class Run:
         """Step numbers after the restored one, up to total. Each step's work runs between one
         number and the next; leaving the loop with break counts the step in progress as done
         when it stepped an optimizer of the state (or the state has none): a break before the
-        optimizer's step leaves it uncounted, its batch unused."""
+        optimizer's step leaves it uncounted."""
         self._check_total(total)
         while self.step < total:
             yield from self._one_step(self.step + 1)
