@@ -148,7 +148,7 @@ def test_a_change_between_runs_is_refused_in_one_line_naming_old_and_new(
     [stopped] = _run(s3_uri, **first, epochs=1, stop_at=6)  # saved at step 4, then at its end
     assert _result(stopped)["step"] == 6
     committed = _checkpoints(s3_uri)
-    [refused] = _run(s3_uri, **first, **restart)
+    [refused] = _run(s3_uri, **{**first, **restart})
     line = _one_line_refusal(refused, *names)
     assert "resume with the settings it was saved with" in line
     assert _checkpoints(s3_uri) == committed  # nothing written, nothing lost
