@@ -16,6 +16,7 @@ Throughout, the run's time is accounted as goodput and badput by cause (``Run.le
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -23,8 +24,9 @@ from spotsafe import goodput, launcher, metrics, worker_signals
 from spotsafe.checkpointer import Checkpointer
 from spotsafe.data import LoaderGenerator, LoaderPosition, unkept_randomness
 from spotsafe.errors import ConfigError, SpotsafeError, StateMismatchError
+from spotsafe.identity import IDENTITY_KEY, RunIdentity, run_settings
 from spotsafe.preemption import EXIT_PREEMPTED, PreemptionGuard
-from spotsafe.state import RNGState, Stateful
+from spotsafe.state import RNGState, Stateful, optimizers
 
 log = logging.getLogger("spotsafe")
 
@@ -96,12 +98,28 @@ class _Progress:
         return batches
 
 
+class _Kept:
+    """A state entry as it was kept before: saved as that."""
+
+    def __init__(self, state_dict: dict[str, Any]) -> None:
+        self._state_dict = state_dict
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._state_dict
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        raise ConfigError("a kept state entry is only saved")
+
+
 class Run:
     """One attempt of a training run; see the module docstring.
 
     checkpoint: a checkpoint URI (options are CheckpointConfig fields) or a Checkpointer.
     state: Stateful objects by name (model, optimizer, scheduler, ...), as for Checkpointer.
     loader: a StatefulDataLoader for ``batches()``; its position is saved with every step.
+    accumulate: micro-batches (steps) per optimizer step. A checkpoint holds no gradients, so
+        saves, the final save after a notice and the save at the end are taken only at the end
+        of an accumulation: at steps that are multiples of it.
     """
 
     def __init__(
@@ -109,10 +127,19 @@ class Run:
         checkpoint: str | Checkpointer,
         state: Mapping[str, Any],
         loader: Any = None,
+        *,
+        accumulate: int = 1,
         **options: Any,
     ) -> None:
-        if RUN_KEY in state:
-            raise ConfigError(f"state[{RUN_KEY!r}] is the run's own entry; name yours otherwise")
+        for key in (RUN_KEY, IDENTITY_KEY):
+            if key in state:
+                raise ConfigError(f"state[{key!r}] is the run's own entry; name yours otherwise")
+        if not isinstance(accumulate, int) or accumulate < 1:
+            raise ConfigError(
+                f"accumulate={accumulate!r}: give the micro-batches per optimizer "
+                "step, a whole number of at least 1"
+            )
+        self.accumulate = accumulate
         self.loader = _checked(loader)
         worker_signals.shield(self.loader)
         self.guard = PreemptionGuard.from_env()
@@ -123,8 +150,20 @@ class Run:
             self.ckpt = checkpoint
         else:
             self.ckpt = Checkpointer(checkpoint, **options)
+        every = self.ckpt.config.every_steps
+        if every is not None and every % accumulate:
+            raise ConfigError(
+                f"every_steps={every} is not a multiple of accumulate={accumulate}: saves are "
+                "taken only at the end of an accumulation; use "
+                f"every_steps={math.lcm(every, accumulate)}"
+            )
         self._progress = _Progress(self)
-        self.state = {**state, RUN_KEY: self._progress}
+        identity = RunIdentity(
+            lambda: run_settings(state, self.loader, self.ckpt.world_size, accumulate),
+            lambda: f"the checkpoint at {self.ckpt.uri}",
+        )
+        # The identity comes first: a change between runs is named before anything is loaded.
+        self.state = {IDENTITY_KEY: identity, **state, RUN_KEY: self._progress}
         self.step = 0
         """Steps completed, counting those of earlier attempts."""
         self.epoch = 0
@@ -136,15 +175,24 @@ class Run:
         """This attempt's goodput and badput seconds."""
         self._progress_every_s = goodput.progress_every_s()
         self._recorder: goodput.ProgressRecorder | None = None
+        self._optimizers = optimizers(state)
+        self._hooks: list[Any] = []
+        self._optimizer_stepped_at = 0  # the step in progress when an optimizer last stepped
+        self._save_at_boundary = False  # a rebalance recommendation taken mid-accumulation
+        self._notice_deferred = False
+        self._unfetched: dict[str, Any] | None = None  # see _keep_unfetched
+        self._end_state: Mapping[str, Any] | None = None  # what the end saves, if not the state
 
     def __enter__(self) -> Run:
         self.ledger.start()
+        self._hooks = [o.register_step_post_hook(self._optimizer_stepped) for o in self._optimizers]
         self.guard.__enter__()
         try:
             self.resumed_from = self.ckpt.restore(self.state)
             lost = self.guard.account_lost_steps(self.ckpt, self.resumed_from)
             self._account_repeats(lost)
         except BaseException:
+            self._remove_hooks()
             self.guard.close()
             self.ckpt.close()
             raise
@@ -177,13 +225,22 @@ class Run:
             if isinstance(error, Preempted):
                 code = EXIT_PREEMPTED  # the final save has been made durable, or reported lost
             elif error is None:
-                if self.step and self.ckpt.last_saved_step != self.step:
-                    self.ckpt.save(self.step, self.state)
+                inside = self.step % self.accumulate  # steps of an unfinished accumulation
+                if self.step and not inside and self.ckpt.last_saved_step != self.step:
+                    self.ckpt.save(self.step, self._end_state or self.state)
                 self.ckpt.close()
+                if inside:
+                    raise ConfigError(
+                        f"the run ended at step {self.step}, inside an accumulation of "
+                        f"accumulate={self.accumulate} micro-batches whose gradients no "
+                        f"checkpoint holds, so step {self.step} is not saved; end the run at a "
+                        f"multiple of {self.accumulate}"
+                    )
                 code = 0
             else:
                 self._close_behind(error)
         finally:
+            self._remove_hooks()
             if self._recorder is not None:
                 # After a notice the final save holds the step reached, and the time left is
                 # the notice's: no further write.
@@ -195,9 +252,18 @@ class Run:
                 goodput.FINAL_SAVES if code == EXIT_PREEMPTED else goodput.BLOCKING_SAVES
             )
 
+    @property
+    def accumulation_boundary(self) -> bool:
+        """Whether the step in progress ends an accumulation (its number is a multiple of
+        ``accumulate``): the step at which to step the optimizer."""
+        return (self.step + 1) % self.accumulate == 0
+
     def steps(self, total: int) -> Iterator[int]:
         """Step numbers after the restored one, up to total. Each step's work runs between one
-        number and the next; leaving the loop with break counts the step in progress as done."""
+        number and the next; leaving the loop with break counts the step in progress as done
+        when it stepped an optimizer of the state (or the state has none): a break before the
+        optimizer's step leaves it uncounted."""
+        self._check_total(total)
         while self.step < total:
             yield from self._one_step(self.step + 1)
 
@@ -208,8 +274,13 @@ class Run:
             raise ConfigError("Run.batches() reads the loader: pass it as Run(uri, state, loader)")
         if epochs is None and steps is None:
             raise ConfigError("Run.batches() needs epochs= or steps= to know where training ends")
+        if steps is not None:
+            self._check_total(steps)
+        elif hasattr(self.loader, "__len__"):
+            self._check_total(epochs * len(self.loader))
         empty_epochs = 0
         while (epochs is None or self.epoch < epochs) and (steps is None or self.step < steps):
+            self._keep_unfetched()
             sampler = getattr(self.loader, "sampler", None)
             if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch
                 sampler.set_epoch(self.epoch)
@@ -219,28 +290,81 @@ class Run:
                 yield from self._one_step(batch)
                 if steps is not None and self.step >= steps:
                     return
+                self._keep_unfetched()
             empty_epochs = empty_epochs + 1 if empty else 0
             if empty_epochs > 1:  # a resumed epoch may be empty once; a fresh one never
                 raise ConfigError("the loader yields no batches: the dataset is empty")
             self.epoch += 1
 
+    def _check_total(self, total: int) -> None:
+        if total % self.accumulate:
+            raise ConfigError(
+                f"training ends at step {total}, inside an accumulation of "
+                f"accumulate={self.accumulate} micro-batches; end it at a multiple of "
+                f"{self.accumulate}"
+            )
+
+    def _keep_unfetched(self) -> None:
+        """Before the loader fetches a batch, keep the run's own entry as it is: a loop left
+        with break before that batch's work ends with it saved as it was, so the batch is
+        trained when the run goes on. Not needed when the end saves nothing (the step is saved
+        already) or when no optimizer tells whether a step's work was done."""
+        unsaved = self.step and self.step != self.ckpt.last_saved_step
+        self._unfetched = self._progress.state_dict() if unsaved and self._optimizers else None
+
+    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_stepped_at = self.step + 1
+
+    def _remove_hooks(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
     def _one_step(self, item: T) -> Iterator[T]:
         try:
             yield item
-        except GeneratorExit:  # the loop was left with break, after this step's work
-            self._count_step()
+        except GeneratorExit:  # the loop was left with break
+            # Counted when the step's work is done: an optimizer of the state stepped in it.
+            # `if run.step >= N: break` at the top of the loop trains nothing, and a restart of
+            # the finished run then counts, saves and writes nothing.
+            if not self._optimizers or self._optimizer_stepped_at == self.step + 1:
+                self._count_step()
+            elif self._unfetched is not None:  # the batch was fetched for nothing
+                self._end_state = {**self.state, RUN_KEY: _Kept(self._unfetched)}
             raise
         self._end_step()
 
     def _count_step(self) -> None:
+        self._end_state = None
         self.step += 1
         self.ledger.step(self.step)
         metrics.training_step.set(self.step)
 
     def _end_step(self) -> None:
+        stepped = self._optimizer_stepped_at == self.step + 1
+        if stepped and not self.accumulation_boundary:
+            raise ConfigError(
+                f"an optimizer stepped at step {self.step + 1}, inside an accumulation of "
+                f"accumulate={self.accumulate} micro-batches; step it when "
+                "run.accumulation_boundary is true (a counter of your own restarts at resume)"
+            )
         self._count_step()
-        decision = self.guard.check()
-        if decision.checkpoint_now:  # rebalance recommendation: save now, train on
+        decision = self.guard.check()  # every step on every rank: the agreement is collective
+        self._save_at_boundary |= decision.checkpoint_now
+        if self.step % self.accumulate:
+            # Inside an accumulation the gradients are state no checkpoint holds: a notice
+            # or a recommendation is taken at the accumulation's end.
+            if decision.stop and not self._notice_deferred:
+                self._notice_deferred = True
+                log.warning(
+                    "termination notice at step %d, inside an accumulation: the final save "
+                    "is made at its end, step %d",
+                    self.step,
+                    self.step + self.accumulate - self.step % self.accumulate,
+                )
+            return
+        if self._save_at_boundary:  # rebalance recommendation: save now, train on
+            self._save_at_boundary = False
             self.ckpt.save(self.step, self.state)
             self.ledger.charge(goodput.BLOCKING_SAVES)
         elif self.ckpt.maybe_save(self.step, self.state):

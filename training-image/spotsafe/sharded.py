@@ -24,12 +24,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from spotsafe import state as state_mod
 from spotsafe.errors import (
     CheckpointSaveError,
     ConfigError,
     CorruptCheckpointError,
     StateMismatchError,
 )
+from spotsafe.identity import IDENTITY_KEY
 from spotsafe.manifest import Manifest, ObjectEntry, step_prefix
 from spotsafe.storage import ObjectStore
 
@@ -80,9 +82,10 @@ class ShardedSaves:
         with self._lock:  # a slot is free: the caller waited for one
             stager = self._free.pop()
         try:
-            staged = stager.stage(
-                {key: obj.state_dict() for key, obj in dcp_entries(state).items()}
-            )
+            dicts = {key: obj.state_dict() for key, obj in dcp_entries(state).items()}
+            for key, value in dicts.items():
+                state_mod.check_all_restorable(value, key)
+            staged = stager.stage(dicts)
         except BaseException:
             self._give_back(stager)
             raise
@@ -186,6 +189,9 @@ def _load(ckpt: Writer, manifest: Manifest, state: Mapping[str, Any], local: Pat
     reader = dcp.FileSystemReader(local)
     live = {key: obj.state_dict() for key, obj in entries.items()}
     _fall_back_to_rank_0(live, set(reader.read_metadata().state_dict_metadata), ckpt.rank)
+    if IDENTITY_KEY in live:  # a run's settings first: a change between runs is named as such
+        dcp.load({IDENTITY_KEY: live[IDENTITY_KEY]}, storage_reader=reader)
+        entries[IDENTITY_KEY].load_state_dict(live[IDENTITY_KEY])
     try:
         dcp.load(live, storage_reader=reader)
         for key, obj in entries.items():
@@ -236,7 +242,7 @@ def dcp_entries(state: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
     modules = [obj for obj in state.values() if isinstance(obj, torch.nn.Module)]
-    entries = dict(state)
+    entries: dict[str, Any] = state_mod.stateful_items(state)
     for key, obj in state.items():
         if not isinstance(obj, torch.optim.Optimizer):
             continue

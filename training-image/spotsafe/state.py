@@ -3,13 +3,18 @@
 Models, optimizers, LR schedulers, grad scalers and torchdata's StatefulDataLoader are Stateful
 already; a random generator object (``GENERATORS``) is saved as its state. ``RNGState``,
 ``DataPosition`` and ``Extras`` cover the rest of an exact resume.
+
+Every value a save takes is one that restore can read back (``torch.load(weights_only=True)``):
+anything else is refused at the save that meets it, naming where it is, never discovered when
+the run tries to resume.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -81,7 +86,9 @@ class DataPosition:
 
 
 class Extras(dict):
-    """User extras: plain values (numbers, strings, lists, dicts, tensors) saved as they are."""
+    """User extras: plain values (Python numbers, strings, lists, dicts, tensors) saved as they
+    are. A value restore could not read back (a NumPy number or array, an object) is refused at
+    the save."""
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self)
@@ -148,14 +155,72 @@ def _arrays(value: Any) -> Any:
     return value
 
 
-def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:
-    if isinstance(value, GENERATORS):
-        entry = path.split("/")[0]
+def optimizers(state: Mapping[str, Any]) -> list[torch.optim.Optimizer]:
+    return [obj for obj in state.values() if isinstance(obj, torch.optim.Optimizer)]
+
+
+_PLAIN = (str, int, float, bool, type(None))
+_restorable_types: set[type] = set(_PLAIN)  # types whose values torch.load read back
+
+
+def restorable(value: Any) -> bool:
+    """Whether torch.load(weights_only=True), which restore uses, reads the value back.
+
+    Each type is tried once, by a round trip through torch.save and torch.load, so the rule is
+    torch's own and a steady-state save pays one set lookup per value.
+    """
+    kind = type(value)
+    if kind in _restorable_types:
+        return True
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception:  # noqa: BLE001 - a round trip that fails in any way is the answer
+        return False
+    if not isinstance(value, Collection):  # a set's next values may be of other types
+        _restorable_types.add(kind)
+    return True
+
+
+def check_restorable(value: Any, path: str) -> None:
+    """Refuse, naming where it is, a value that restore could not read back."""
+    if not restorable(value):
+        kind = type(value)
         raise ConfigError(
-            f"state[{entry!r}] holds a {type(value).__name__} at {path}; put the generator in "
-            "the state itself (state['generator'] = generator), where spotsafe saves and "
-            "restores it"
+            f"state[{path.split('/')[0]!r}] holds a {kind.__module__}.{kind.__qualname__} at "
+            f"{path}, which a checkpoint could save but restore could never read back; "
+            + _advice(value, path.split("/")[-1])
         )
+
+
+def _advice(value: Any, name: str) -> str:
+    if isinstance(value, GENERATORS):
+        return (
+            f"put the generator in the state itself (state[{name!r}] = generator), where "
+            "spotsafe saves and restores its state"
+        )
+    if isinstance(value, np.ndarray | np.generic):
+        return "store a Python number (float(x), int(x)) or a tensor (torch.from_numpy(a))"
+    return "store plain values (Python numbers, strings, lists, dicts, tensors)"
+
+
+def check_all_restorable(value: Any, path: str) -> None:
+    """check_restorable for every value inside a (nested) state dict."""
+    if isinstance(value, torch.Tensor):
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_all_restorable(v, f"{path}/{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_all_restorable(v, f"{path}/{i}")
+    else:
+        check_restorable(value, path)
+
+
+def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:
     if isinstance(value, torch.Tensor):
         buffer = staging.get(path)
         if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
@@ -169,19 +234,25 @@ def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict)
         return {k: _copied(v, f"{path}/{k}", staging, used) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return type(value)(_copied(v, f"{path}/{i}", staging, used) for i, v in enumerate(value))
+    check_restorable(value, path)
     return copy.deepcopy(value)
 
 
-def _stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
+def stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
+    """The state's entries as Stateful objects (generator objects wrapped)."""
     items = {}
     for key, obj in state.items():
         if isinstance(obj, GENERATORS):
             obj = GeneratorState(obj)
         if not isinstance(obj, Stateful):
+            advice = (
+                f"put plain values in an Extras: state[{key!r}] = spotsafe.Extras({key}=value)"
+                if restorable(obj)
+                else _advice(obj, key)
+            )
             raise ConfigError(
                 f"state[{key!r}] is a {type(obj).__name__}, which has no state_dict() and "
-                f"load_state_dict(); put plain values in an Extras: state[{key!r}] = "
-                f"spotsafe.Extras({key}=value)"
+                f"load_state_dict(); {advice}"
             )
         items[key] = obj
     return items
@@ -199,7 +270,7 @@ def snapshot(
     used: dict[str, torch.Tensor] = {}
     snap = {
         key: _copied(obj.state_dict(), key, staging, used)
-        for key, obj in _stateful_items(state).items()
+        for key, obj in stateful_items(state).items()
     }
     staging.clear()
     staging.update(used)  # buffers of tensors that no longer exist are let go
@@ -219,7 +290,7 @@ def nbytes(value: Any) -> int:
 
 def load(state: Mapping[str, Any], saved: Mapping[str, Any], where: str) -> None:
     """Load saved state dicts into the live objects; StateMismatchError when they do not fit."""
-    live = _stateful_items(state)
+    live = stateful_items(state)
     only_saved, only_live = sorted(set(saved) - set(live)), sorted(set(live) - set(saved))
     if only_saved or only_live:
         raise StateMismatchError(
