@@ -54,29 +54,21 @@ def command(
     force: ForceOption = False,
 ) -> None:
     """Write every Kubernetes object the stack would apply, plus its training Job templates."""
-    from spotctl.render.manifests import (
-        RenderError,
-        admission_problems,
-        major_minor,
-        render_stack,
-        scheduling_problems,
-        validate,
-        validated_versions,
-        write,
-    )
-
     # Every input and output is checked before the preview's minute of work.
     missing = [str(d) for d in crds or [] if not d.is_dir()]
     if check and missing:
         typer.echo(f"error: --crds directory not found: {', '.join(missing)}", err=True)
         raise typer.Exit(2)
-    if check and major_minor(kubernetes_version) not in validated_versions():
-        typer.echo(
-            f"error: --kubernetes-version {kubernetes_version}: no schemas for it (known: "
-            f"{', '.join(validated_versions())})",
-            err=True,
-        )
-        raise typer.Exit(2)
+    if check:
+        from spotctl.render.manifests import major_minor, validated_versions
+
+        if major_minor(kubernetes_version) not in validated_versions():
+            typer.echo(
+                f"error: --kubernetes-version {kubernetes_version}: no schemas for it (known: "
+                f"{', '.join(validated_versions())})",
+                err=True,
+            )
+            raise typer.Exit(2)
     try:
         target = OutputDirectory(out, "--out", force)
         program = program or find_program(Path.cwd())
@@ -88,6 +80,8 @@ def command(
         raise typer.Exit(2) from None
     with Progress("render") as progress:
         progress.update(stack, "starting the engine (Pulumi and the providers load first)")
+        from spotctl.render.manifests import RenderError, render_stack, write
+
         try:
             rendered = render_stack(program, stack, progress.registrations(stack))
         except (RenderError, PreviewError) as exc:
@@ -104,6 +98,8 @@ def command(
     )
     if not check:
         return
+    from spotctl.render.manifests import admission_problems, scheduling_problems, validate
+
     with Progress("render") as progress:
         progress.update(
             stack,

@@ -65,11 +65,8 @@ def command(
     force: ForceOption = False,
 ) -> None:
     """The quarterly review report: exit 3 on a mandatory problem."""
-    from spotctl.preview.analyzer import PolicyPackError
     from spotctl.preview.resources import PreviewError
     from spotctl.progress import Progress
-    from spotctl.review.collect import REPO, ReviewError, collect, quarter_of
-    from spotctl.review.report import markdown, page
 
     try:
         day = date.fromisoformat(on) if on else date.today()
@@ -83,8 +80,13 @@ def command(
         target = OutputDirectory(out, "--out", force)
     except OutputError as exc:
         _fail(str(exc))
-    try:
-        with Progress("review") as progress:
+    with Progress("review") as progress:
+        progress.update("inputs", "loading the policy analyzer, then reading the review's inputs")
+        from spotctl.preview.analyzer import PolicyPackError
+        from spotctl.review.collect import REPO, ReviewError, collect, quarter_of
+        from spotctl.review.report import markdown, page
+
+        try:
             review = collect(
                 day=day,
                 quarter=quarter or quarter_of(day),
@@ -95,9 +97,10 @@ def command(
                 provider_data=provider_data,
                 progress=progress,
             )
-            progress.update("report", f"writing {out}/review.html, review.md, review.json")
-    except (ReviewError, PolicyPackError, PreviewError) as exc:
-        _fail(str(exc))
+        except (ReviewError, PolicyPackError, PreviewError) as exc:
+            progress.close()
+            _fail(str(exc))
+        progress.update("report", f"writing {out}/review.html, review.md, review.json")
     document = review.to_json()
     target.clear()
     (out / "review.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
