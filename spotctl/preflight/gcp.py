@@ -30,7 +30,8 @@ def project(api: GoogleApi, project_id: str) -> dict:
         if exc.status in (403, 404):
             raise PreflightError(
                 f"project {project_id!r} does not exist or these credentials cannot see it "
-                f"({exc.status} {exc.reason}): check gcp.project and `gcloud config get account`"
+                f"({exc.status} {exc.reason}): check the stack's gcp:project and "
+                "`gcloud config get account`"
             ) from None
         raise
 

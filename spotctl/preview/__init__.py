@@ -39,7 +39,12 @@ def command(
     policy_pack_config: PolicyPackConfigOption = None,
 ) -> None:
     """Preview a stack offline: the resource tree a `pulumi preview` would show."""
-    from components.config.files import ProgramInputError, find_program, load_project, stack_file
+    from components.config.files import (
+        ProgramInputError,
+        find_program,
+        load_project,
+        program_config,
+    )
     from spotctl.outputs import OutputError, fail, output_file
     from spotctl.progress import Progress
 
@@ -50,7 +55,7 @@ def command(
             output_file(json_path, "--json")
         policy_config = _policy_inputs(policy_pack, policy_pack_config)
         program = program or find_program(Path.cwd())
-        stack_file(program, load_project(program), stack)
+        program_config(program, load_project(program), stack)  # its YAML, before the engine
     except OutputError as exc:
         raise fail(exc) from None
     except ProgramInputError as exc:

@@ -29,11 +29,15 @@ from typing import Annotated
 
 import typer
 
-from components.config.files import ProgramInputError, find_program, load_project, stack_file
+from components.config.files import (
+    ProgramInputError,
+    find_program,
+    load_project,
+    program_config,
+)
 from components.versions import KUBERNETES_VERSION
 from spotctl.options import ProgramOption, StackOption
 from spotctl.outputs import ForceOption, OutputDirectory, OutputError, fail
-from spotctl.preview.resources import PreviewError
 from spotctl.progress import Progress
 
 
@@ -72,7 +76,7 @@ def command(
     try:
         target = OutputDirectory(out, "--out", force)
         program = program or find_program(Path.cwd())
-        stack_file(program, load_project(program), stack)
+        program_config(program, load_project(program), stack)  # its YAML, before the engine
     except OutputError as exc:
         raise fail(exc) from None
     except ProgramInputError as exc:
@@ -84,7 +88,7 @@ def command(
 
         try:
             rendered = render_stack(program, stack, progress.registrations(stack))
-        except (RenderError, PreviewError) as exc:
+        except RenderError as exc:
             progress.close()
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
