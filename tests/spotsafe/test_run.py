@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 import torch
-from spotsafe import Preempted, Run, WorkerRNG
+from spotsafe import Checkpointer, Extras, Preempted, Run, WorkerRNG
 from spotsafe.errors import ConfigError, StateMismatchError
 from spotsafe_harness import s3_keys
 from torch import nn
@@ -186,3 +186,15 @@ def test_a_sigterm_after_the_block_does_not_kill_a_durable_run(tmp_path) -> None
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "SIGTERM after the run's work is durable: exiting with 0" in err
+
+
+def test_a_checkpoint_from_before_run_identities_is_refused_in_one_line(tmp_path) -> None:
+    # What a Run of the previous format saved: its entries and its own, but no run settings.
+    model, state, loader, _ = setup(0)
+    older = Checkpointer(f"file://{tmp_path}", async_save=False)
+    older.save(3, {**state, "spotsafe": Extras(epoch=0)})
+    older.close()
+    run = Run(f"file://{tmp_path}", state, loader, every_steps=3)
+    with pytest.raises(StateMismatchError, match="older spotsafe, which saved no run settings"):
+        run.__enter__()
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-3"]

@@ -26,6 +26,17 @@ IDENTITY_KEY = "spotsafe_identity"
 """The run's settings in the checkpointed state (one JSON string, the same on every rank)."""
 
 
+def written_without_identity(where: str) -> StateMismatchError:
+    """The refusal of a checkpoint that a spotsafe from before run identities wrote: what it
+    was trained with is unknown, so nothing can be checked, and its loader state has an older
+    layout."""
+    return StateMismatchError(
+        f"checkpoint {where} was written by an older spotsafe, which saved no run settings: "
+        "finish this run with the training image that wrote it, or start a new run under "
+        "another checkpoint URI"
+    )
+
+
 class RunIdentity:
     """A Stateful entry: saves the run's settings, and refuses a resume whose settings differ."""
 

@@ -31,7 +31,7 @@ from spotsafe.errors import (
     CorruptCheckpointError,
     StateMismatchError,
 )
-from spotsafe.identity import IDENTITY_KEY
+from spotsafe.identity import IDENTITY_KEY, written_without_identity
 from spotsafe.manifest import Manifest, ObjectEntry, step_prefix
 from spotsafe.storage import ObjectStore
 
@@ -188,8 +188,11 @@ def _load(ckpt: Writer, manifest: Manifest, state: Mapping[str, Any], local: Pat
     entries = dcp_entries(state)
     reader = dcp.FileSystemReader(local)
     live = {key: obj.state_dict() for key, obj in entries.items()}
-    _fall_back_to_rank_0(live, set(reader.read_metadata().state_dict_metadata), ckpt.rank)
+    saved_keys = set(reader.read_metadata().state_dict_metadata)
+    _fall_back_to_rank_0(live, saved_keys, ckpt.rank)
     if IDENTITY_KEY in live:  # a run's settings first: a change between runs is named as such
+        if not any(key.split(".")[0] == IDENTITY_KEY for key in saved_keys):
+            raise written_without_identity(f"{ckpt.uri}/{step_prefix(manifest.step)}")
         dcp.load({IDENTITY_KEY: live[IDENTITY_KEY]}, storage_reader=reader)
         entries[IDENTITY_KEY].load_state_dict(live[IDENTITY_KEY])
     try:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from spotsafe.errors import ConfigError, StateMismatchError
+from spotsafe.identity import IDENTITY_KEY, written_without_identity
 
 
 @runtime_checkable
@@ -292,6 +293,8 @@ def load(state: Mapping[str, Any], saved: Mapping[str, Any], where: str) -> None
     """Load saved state dicts into the live objects; StateMismatchError when they do not fit."""
     live = stateful_items(state)
     only_saved, only_live = sorted(set(saved) - set(live)), sorted(set(live) - set(saved))
+    if only_live == [IDENTITY_KEY]:
+        raise written_without_identity(where)
     if only_saved or only_live:
         raise StateMismatchError(
             f"checkpoint {where} holds state entries {sorted(saved)}, the state to restore into "
