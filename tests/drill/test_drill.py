@@ -124,9 +124,9 @@ def test_pools_cost_and_timeline_are_reported(report: dict) -> None:
     ("args", "message"),
     [
         (["--jobs", "0"], "--jobs must be at least 1"),
-        (["--size", "huge"], "--size must be small or medium"),
+        (["--size", "huge"], "Invalid value for '--size': 'huge' is not one of 'small', 'medium'"),
         (["--notice-s", "0"], "--notice-s must be positive"),
-        (["--cloud", "azure"], "--cloud must be any or gcp"),
+        (["--cloud", "azure"], "Invalid value for '--cloud': 'azure' is not one of 'any', 'gcp'"),
     ],
 )
 def test_bad_options_are_named_without_a_traceback(args: list[str], message: str) -> None:

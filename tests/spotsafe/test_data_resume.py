@@ -247,6 +247,6 @@ def test_the_worker_generator_warning_names_only_what_is_lost(
 def test_a_generator_inside_an_entry_is_named(tmp_path) -> None:
     extras = Extras(rng=np.random.default_rng())
     run = Run(f"file://{tmp_path}", {"extras": extras}, every_steps=1)
-    refused = r"holds a Generator at extras/rng; put the generator"
+    refused = r"holds a numpy\.random\._generator\.Generator at extras/rng, .*; put the generator"
     with pytest.raises(ConfigError, match=refused), run:
         list(run.steps(1))

@@ -264,7 +264,13 @@ def assert_options_exist(command: str, program: list[str], words: list[str]) -> 
 
 
 def test_the_layout_is_the_one_the_code_writes() -> None:
-    (layout,) = (code for doc in DOCS for _, lang, code in blocks(doc) if lang == "text")
+    # The one text block that lists keys (others quote an error line).
+    (layout,) = (
+        code
+        for doc in DOCS
+        for _, lang, code in blocks(doc)
+        if lang == "text" and code.startswith("<uri>/")
+    )
     keys = [line.split()[0].removeprefix("<uri>/") for line in layout.splitlines()]
     assert keys[0] == f"{ATTEMPTS_PREFIX}<A>.json"
     assert keys[1].startswith(step_prefix(0).replace("0", "<N>") + "attempt-<A>/")

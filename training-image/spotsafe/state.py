@@ -301,12 +301,15 @@ def load(state: Mapping[str, Any], saved: Mapping[str, Any], where: str) -> None
             f"has {sorted(live)}: only the checkpoint has {only_saved}, only the state has "
             f"{only_live}; restore into a state with the keys the run saved"
         )
+    # A model that changed is named as such, before the settings it changes (its optimizer's
+    # param groups) are compared where the run's identity loads.
     for key, obj in live.items():
         if isinstance(obj, torch.nn.Module) and (differs := module_mismatch(obj, saved[key])):
             raise StateMismatchError(
                 f"checkpoint {where} entry {key!r} does not fit the {type(obj).__name__} to "
                 f"restore into: {differs}; restore into the model the run was saved with"
             )
+    for key, obj in live.items():
         try:
             obj.load_state_dict(saved[key])
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
