@@ -20,13 +20,14 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import date
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
 import requests
+from json_http import JsonHandler
 from rich.console import Console
 from spotsafe.local.servers import free_port
 from stack_files import REPO_ROOT, stack_values
@@ -399,7 +400,7 @@ def test_a_bad_input_is_one_line_and_exit_2(
     assert message in result.output and len(result.output.strip().splitlines()) == 1
 
 
-class FakeCompute(BaseHTTPRequestHandler):
+class FakeCompute(JsonHandler):
     """The Compute API calls the drill makes, as the API reference documents them."""
 
     token = "ya29.drill"
@@ -408,19 +409,8 @@ class FakeCompute(BaseHTTPRequestHandler):
     simulated: list[str] = []
     filter_term = re.compile(r'\((labels\.[a-z0-9_-]+|status) = "([^"]*)"\)')
 
-    def log_message(self, *args) -> None:
-        pass
-
-    def _answer(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _error(self, status: int, message: str) -> None:
-        self._answer(status, {"error": {"code": status, "message": message}})
+        self.send_json(status, {"error": {"code": status, "message": message}})
 
     def do_POST(self) -> None:
         url = urlsplit(self.path)
@@ -428,9 +418,9 @@ class FakeCompute(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length", 0))
             grant = parse_qs(self.rfile.read(length).decode())
             if grant.get("grant_type") != ["urn:ietf:params:oauth:grant-type:jwt-bearer"]:
-                self._answer(400, {"error": "unsupported_grant_type"})
+                self.send_json(400, {"error": "unsupported_grant_type"})
                 return
-            self._answer(200, {"access_token": self.token, "expires_in": 3600})
+            self.send_json(200, {"access_token": self.token, "expires_in": 3600})
             return
         if not self._authorized():
             return
@@ -449,7 +439,7 @@ class FakeCompute(BaseHTTPRequestHandler):
                 self._error(400, f"Instance {name} is not running")
                 return
             self.simulated.append(name)
-            self._answer(
+            self.send_json(
                 200,
                 {
                     "kind": "compute#operation",
@@ -460,7 +450,7 @@ class FakeCompute(BaseHTTPRequestHandler):
                 },
             )
         elif parts[-1] == "wait" and parts[-3] == "operations":
-            self._answer(200, {"kind": "compute#operation", "name": parts[-2], "status": "DONE"})
+            self.send_json(200, {"kind": "compute#operation", "name": parts[-2], "status": "DONE"})
         else:
             self._error(404, "unknown method")
 
@@ -495,7 +485,7 @@ class FakeCompute(BaseHTTPRequestHandler):
                         "labels": vm["labels"],
                     }
                 )
-        self._answer(200, {"kind": "compute#instanceAggregatedList", "items": items})
+        self.send_json(200, {"kind": "compute#instanceAggregatedList", "items": items})
 
     def _authorized(self) -> bool:
         if self.headers.get("Authorization") != f"Bearer {self.token}":

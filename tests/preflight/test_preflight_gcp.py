@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from json_http import JsonHandler
 from stack_files import stack_values
 
 from components.config import load_config
@@ -35,18 +36,7 @@ class FakeGoogle:
         self.requests: list[tuple[str, str, dict]] = []
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 fake.requests.append(("GET", url.path, parse_qs(url.query)))
@@ -54,16 +44,16 @@ class FakeGoogle:
                 status, body = fake.routes.get(
                     url.path, (404, error(404, "NOT_FOUND", f"{url.path} not found"))
                 )
-                self._send(status, body)
+                self.send_json(status, body)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 self.rfile.read(length)
                 fake.requests.append(("POST", self.path, {}))
                 if self.path == "/token":
-                    self._send(200, {"access_token": "fake-token", "expires_in": 3600})
+                    self.send_json(200, {"access_token": "fake-token", "expires_in": 3600})
                 else:
-                    self._send(405, error(405, "METHOD_NOT_ALLOWED", "read-only fake"))
+                    self.send_json(405, error(405, "METHOD_NOT_ALLOWED", "read-only fake"))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.root = f"http://127.0.0.1:{self.server.server_port}"
