@@ -241,3 +241,16 @@ class RendezvousStore:
 
     endpoint: str
     proc: subprocess.Popen
+
+
+def benchmark_summary(script: Path, trials: int, timeout: float) -> dict:
+    """Run a benchmark's trials (fewer than its full run, whose figures the notes quote) and
+    return the summary it prints as its last line; the benchmark itself must exit 0."""
+    done = subprocess.run(
+        [sys.executable, str(script), "--trials", str(trials)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -5,27 +5,18 @@ trains nothing and writes no progress."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 from spotsafe import Run
+from spotsafe_harness import benchmark_summary
 
 SIGTERM_EXITS = Path(__file__).parents[2] / "benchmarks" / "sigterm_exits.py"
 
 
 def test_sigterm_after_the_last_step_exits_with_the_runs_code() -> None:
     # The benchmark's trials, fewer of them (its full run is the figure: --trials 300).
-    done = subprocess.run(
-        [sys.executable, str(SIGTERM_EXITS), "--trials", "40"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = benchmark_summary(SIGTERM_EXITS, trials=40, timeout=600)
     assert (summary["kills"], summary["wrong_codes"], summary["tracebacks"]) == (0, 0, 0), summary
     # The others came after the exit: the window is calibrated on four runs, so a loaded machine
     # sends fewer inside it.

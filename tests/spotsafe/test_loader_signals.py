@@ -8,7 +8,6 @@ model and the optimizer equal to those of an uninterrupted run."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -26,7 +25,7 @@ import torch
 from spotsafe import Checkpointer, worker_signals
 from spotsafe.local.servers import LOCAL_AWS_ENV
 from spotsafe.preemption import EXIT_PREEMPTED
-from spotsafe_harness import BIN, create_bucket
+from spotsafe_harness import BIN, benchmark_summary, create_bucket
 from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -219,14 +218,7 @@ def test_sigkill_of_the_node_inside_a_step_resumes_exactly(interrupted: Interrup
 
 def test_the_benchmarks_trials_lose_nothing_and_exit_right() -> None:
     # The benchmark's trials, fewer of them (its full run is the figure: --trials 100).
-    done = subprocess.run(
-        [sys.executable, str(LOADER_SIGTERMS), "--trials", "2"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = benchmark_summary(LOADER_SIGTERMS, trials=2, timeout=900)
     assert summary["trials"] == 2, summary
     assert (summary["steps_lost"], summary["wrong_exit_codes"], summary["crashes"]) == (0, 0, 0)
     assert summary["final_saves"] == summary["sigterms_in_training"] > 0, summary
