@@ -3,6 +3,13 @@ repository's stacks, and copies of the program with a stack of given config valu
 
 from __future__ import annotations
 
+import os
+
+# One intra-op thread per torch process, as torchrun gives its ranks: the tests start hundreds of
+# small torch processes beside each other on few cores, where OpenMP threads that spin waiting
+# for work only take the cores from the processes beside them. Set before anything imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
