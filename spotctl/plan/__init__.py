@@ -129,7 +129,7 @@ def scenario(i: Inputs) -> Scenario:
     i = replace(i, cloud=i.cloud or settings.cloud)
     _check(i)
     if settings is not None and settings.cloud != i.cloud:
-        raise PlanError(f"--stack {i.stack} is a {settings.cloud} stack, not {i.cloud}")
+        raise PlanError(f"--stack {i.stack} is on {settings.cloud}, not {i.cloud}")
     offer = (
         resolve(
             settings,
