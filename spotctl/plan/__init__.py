@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -38,6 +38,9 @@ from spotctl.plan.report import CAUSE_INPUTS
 from spotctl.plan.stack_class import ClassOffer, StackClassError, resolve
 from spotctl.provider_data import DATA_FILE, ProviderDataError
 from spotctl.provider_data import read as read_provider_data
+
+if TYPE_CHECKING:
+    from components.config import StackConfig
 
 # AWS Spot Instance Advisor's "frequency of interruption": the share of a type's capacity
 # reclaimed over the trailing month. Each band is taken at its upper edge; ">20%" has none.
@@ -343,7 +346,7 @@ def implausible_rates(i: Inputs) -> list[str]:
     ]
 
 
-def _stack_settings(i: Inputs):
+def _stack_settings(i: Inputs) -> StackConfig | None:
     """The stack's validated config (--stack), or None without one."""
     if i.stack is None:
         return None
@@ -356,7 +359,7 @@ def _stack_settings(i: Inputs):
         raise PlanError(str(exc)) from None
 
 
-def _image(i: Inputs, settings) -> tuple[str, str]:
+def _image(i: Inputs, settings: StackConfig | None) -> tuple[str, str]:
     """How a new node gets the training image, and where that comes from: --image, the stack's
     settings (--stack), or a plain pull."""
     if settings is None:

@@ -4,10 +4,13 @@ class's capacity by type, and the provider data table's prices and interruption 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from components.catalog import catalog
-from components.config import StackConfig
 from spotctl.provider_data import ProviderData, Row
+
+if TYPE_CHECKING:
+    from components.config import StackConfig
 
 
 class StackClassError(ValueError):
