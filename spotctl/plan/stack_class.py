@@ -77,7 +77,10 @@ def resolve(
         band, source = None, ""
     elif row.band is not None:
         band = row.band
-        source = f"the advisor's band for {instance_type} in {settings.region}, read {row.read}"
+        source = (
+            f"the advisor's band for {instance_type} in {settings.region} in {data.path.name} "
+            f"of {data.date}"
+        )
     else:
         band = data.gcp_spot_band
         source = f"assumed for GCP Spot VMs: {data.gcp_spot_band_why}"
