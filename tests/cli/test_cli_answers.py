@@ -14,6 +14,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from stack_files import REPO_ROOT
 from typer.testing import CliRunner
 
 from spotctl.cli import app
@@ -52,8 +53,9 @@ def loaded_by(*args: str) -> list[str]:
         ["preview", "--stack", "no-such-stack"],
         ["plan", "--cloud", "azure", "--step-s", "1", "--job-hours", "1"],
         [*PLAN, "--interruption-band", "<5%"],
+        [*PLAN, "--stack", "prod", "--class", "h100-80gb", "--program", str(REPO_ROOT)],
     ],
-    ids=["help", "plan-help", "no-such-stack", "usage-error", "plan"],
+    ids=["help", "plan-help", "no-such-stack", "usage-error", "plan", "plan-stack-class"],
 )
 def test_quick_answers_load_no_heavy_package(args: list[str]) -> None:
     assert loaded_by(*args) == []
