@@ -11,8 +11,9 @@ the pack, and neither of those may import the other.
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,10 +22,12 @@ from components.generated_docs import GeneratedSection
 from policies import ALL_POLICIES
 from policies.kubernetes import GPU_TYPES_FILE
 
-PACK_DIR = Path(__file__).resolve().parents[1] / "policies"
+REPO = Path(__file__).resolve().parents[1]
+PACK_DIR = REPO / "policies"
 COMMAND = "python -m spotctl.policy_pack"
 README = GeneratedSection(PACK_DIR / "README.md", "policy-table", COMMAND)
 CHECKOV_DIR = PACK_DIR / "checkov"
+CHECKOV_PYTHON = REPO / ".venv-checkov" / "bin" / "python"
 
 
 def _cell(text: str) -> str:
@@ -42,15 +45,38 @@ def _settings(policy) -> str:
     )
 
 
-def _checkov_checks() -> list:
-    """The CKV_SPOT_* check objects, loaded the way checkov loads --external-checks-dir files."""
-    checks = []
-    for path in sorted(CHECKOV_DIR.glob("ckv_spot_*.py")):
-        spec = importlib.util.spec_from_file_location(f"_table_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        checks.append(module.check)
-    return sorted(checks, key=lambda c: int(c.id.rsplit("_", 1)[1]))
+# Loads each ckv_spot_*.py the way checkov loads --external-checks-dir files, in checkov's own
+# virtualenv (its pins clash with the runtime's), and prints what the table shows of each check.
+_READ_CHECKS = """
+import importlib.util, json, sys
+from pathlib import Path
+rows = []
+for path in sorted(Path(sys.argv[1]).glob("ckv_spot_*.py")):
+    spec = importlib.util.spec_from_file_location("_table_" + path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    check = module.check
+    rows.append({"id": check.id, "name": check.name, "why": check.__doc__ or "",
+                 "entities": list(check.supported_entities), "block_type": check.block_type})
+print(json.dumps(rows))
+"""
+
+
+def _checkov_checks() -> list[dict]:
+    """The CKV_SPOT_* checks as checkov loads them, in check-number order."""
+    if not CHECKOV_PYTHON.is_file():
+        raise SystemExit(f"no {CHECKOV_PYTHON}: `make setup` builds checkov's virtualenv")
+    result = subprocess.run(
+        [str(CHECKOV_PYTHON), "-c", _READ_CHECKS, str(CHECKOV_DIR)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    if result.returncode:
+        raise SystemExit(f"loading the checkov checks failed:\n{result.stderr}")
+    checks = json.loads(result.stdout)
+    return sorted(checks, key=lambda c: int(c["id"].rsplit("_", 1)[1]))
 
 
 def render_tables() -> str:
@@ -69,9 +95,9 @@ def render_tables() -> str:
         )
     lines += ["", "| checkov check | Applies to | What it enforces | Why |", "|---|---|---|---|"]
     for check in _checkov_checks():
-        applies = ", ".join(check.supported_entities) if check.block_type == "k8" else "Dockerfile"
+        applies = ", ".join(check["entities"]) if check["block_type"] == "k8" else "Dockerfile"
         lines.append(
-            f"| `{check.id}` | {applies} | {_cell(check.name)} | {_cell(check.__doc__ or '')} |"
+            f"| `{check['id']}` | {applies} | {_cell(check['name'])} | {_cell(check['why'])} |"
         )
     return "\n".join(lines)
 
