@@ -8,8 +8,8 @@ planner's checkpoint interval for the run (CHECKPOINT_INTERVAL_S, CHECKPOINT_EVE
 container's environment, for the command to save by). The Job is checked as `spotctl render
 --validate` checks the stack before it is printed; every refusal is one line naming its flag.
 
-The package: `manifest` (the request against the stack, the Job and its checks), `interval`
-(the planner's interval for the run).
+The package: `request` (the flags against the stack's config), `manifest` (the Job and its
+checks against the stack's preview), `interval` (the planner's interval for the run).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def command(
     from components.config.files import ProgramInputError, find_program
     from components.config.loading import read_stack
     from spotctl.job.interval import planned
-    from spotctl.job.manifest import JobError, Request, final_save_fits, place
+    from spotctl.job.request import JobError, Request, final_save_fits, place
     from spotctl.plan import PlanError
     from spotctl.plan.costs import CostError
 

@@ -8,7 +8,6 @@ per class replaces the assumption there alone.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +30,8 @@ class Planned:
     """The interruption band it was planned for."""
 
     def every_steps(self) -> int:
-        """The interval in whole steps, at least one."""
-        return max(1, math.ceil(self.interval_s / self.job.step_s))
+        """The interval in whole steps, at least one, as `spotctl plan` gives it."""
+        return max(1, round(self.interval_s / self.job.step_s))
 
 
 def planned(
