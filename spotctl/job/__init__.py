@@ -140,9 +140,9 @@ def command(
         typer.echo(text, nl=False)
     else:
         output.write_text(text)
-    kind = "indexed Job" if nodes > 1 else "Job"
+    kind, on = ("indexed Job", f"{nodes} nodes") if nodes > 1 else ("Job", "1 node")
     typer.echo(
-        f"{kind} {placed.team.namespace}/{name}: {nodes} x {placed.gpus_per_node} "
+        f"{kind} {placed.team.namespace}/{name}: {on} of {placed.gpus_per_node} "
         f"{placed.gpu_class.name} GPUs; checkpoint every {plan.every_steps()} steps "
         f"({plan.interval_s:.0f} s, planned for the {plan.band} interruption band); valid "
         "under the stack's schemas, admission policies and nodes",

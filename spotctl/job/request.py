@@ -73,7 +73,8 @@ def place(settings: StackConfig, stack: str, request: Request) -> Placed:
     allowed = quota.spot_gpus + quota.on_demand_gpus + borrow
     if request.nodes * gpus > allowed:
         raise JobError(
-            f"--nodes {request.nodes}: {request.nodes} nodes of {gpus} GPUs exceed team "
+            f"--nodes {request.nodes}: {request.nodes * gpus} GPUs ({request.nodes} nodes x "
+            f"{gpus}) exceed team "
             f"{team.name}'s quota of {gpu_class.name}, {allowed} GPUs (spot {quota.spot_gpus}, "
             f"on-demand {quota.on_demand_gpus}, borrowed {borrow}): Kueue would never admit it"
         )

@@ -240,7 +240,7 @@ DEV = ["--stack", "dev", *RUN, *IMAGE]
             "--class h100-80gb: team vision has no quota of it (its classes: l40s-48gb)",
         ),
         (["--stack", "dev", *RUN, "--image", "trainer:latest", "x"], "--image 'trainer:latest'"),
-        ([*DEV, "--nodes", "6", "--", "x"], "--nodes 6: 6 nodes of 1 GPUs exceed team research"),
+        ([*DEV, "--nodes", "6", "--", "x"], "--nodes 6: 6 GPUs (6 nodes x 1) exceed team research"),
         ([*DEV, "--nodes", "0", "--", "x"], "--nodes must be at least 1"),
         ([*DEV, "--gpus-per-node", "2", "--", "x"], "--gpus-per-node 2: no instance type"),
         ([*DEV, "--state-gib", "900", "--", "x"], "--state-gib 900: a final save of each node"),
@@ -270,7 +270,7 @@ def test_the_cli_prints_the_job_or_writes_it(stacks: dict, tmp_path: Path) -> No
     assert printed.exit_code == 0, printed.output
     assert yaml.safe_load(printed.stdout) == written.job
     summary = printed.stderr.splitlines()[-1]
-    assert summary.startswith("indexed Job team-vision/first-run: 2 x 1 l4-24gb GPUs")
+    assert summary.startswith("indexed Job team-vision/first-run: 2 nodes of 1 l4-24gb GPUs")
     assert f"checkpoint every {plan.every_steps()} steps" in summary
     out = tmp_path / "job.yaml"
     written_out = CliRunner().invoke(app, [*BASE, "-o", str(out), *words])
