@@ -223,6 +223,22 @@ def test_an_image_outside_the_stacks_repositories_is_refused(stacks: dict) -> No
         write(stacks, "gcp-dev", image=f"europe-west4-docker.pkg.dev/other/repo@{DIGEST}")
 
 
+def test_a_stack_that_names_its_bucket_needs_no_bucket_flag() -> None:
+    settings = load_config(stack_values("dev"))
+    storage = settings.aws.checkpoint_storage.model_copy(update={"bucket_name": "dev-ckpt"})
+    named = settings.model_copy(
+        update={"aws": settings.aws.model_copy(update={"checkpoint_storage": storage})}
+    )
+    request = Request("first-run", f"trainer@{DIGEST}", COMMAND)
+    assert place(named, "dev", request).bucket is None  # the preview's bucket is the real one
+    with pytest.raises(
+        JobError, match=r"^--bucket other: the stack's checkpoint bucket is dev-ckpt"
+    ):
+        place(named, "dev", Request("first-run", f"trainer@{DIGEST}", COMMAND, bucket="other"))
+    with pytest.raises(JobError, match=r"^--bucket is required"):
+        place(settings, "dev", request)
+
+
 BASE = ["job", "--program", str(REPO_ROOT), "--name", "first-run", "--state-gib", "4"]
 RUN = ["--step-s", "1", "--bucket", "team-checkpoints"]
 IMAGE = ["--image", f"{DEPLOYED_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/trainer@{DIGEST}"]
