@@ -47,7 +47,9 @@ def command(
         str | None,
         typer.Option("--class", help="GPU class (default: the team's template class)."),
     ] = None,
-    nodes: Annotated[int, typer.Option(help="Nodes; more than one is an elastic gang.")] = 1,
+    nodes: Annotated[
+        int, typer.Option(help="Nodes; several run as one gang of spotsafe-run agents.")
+    ] = 1,
     gpus_per_node: Annotated[
         int | None, typer.Option(help="GPUs per node (default: what every type of the class has).")
     ] = None,
@@ -70,7 +72,10 @@ def command(
     ] = None,
     program: ProgramOption = None,
     args: Annotated[
-        list[str] | None, typer.Argument(help="The training command, after --.", show_default=False)
+        list[str] | None,
+        typer.Argument(
+            metavar="COMMAND", help="The training command, after --.", show_default=False
+        ),
     ] = None,
 ) -> None:
     """Write a team's training Job for the stack, validated, for `kubectl create -f -`."""
