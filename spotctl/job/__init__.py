@@ -102,17 +102,16 @@ def command(
     from components.config.loading import read_stack
     from spotctl.job.interval import planned
     from spotctl.job.request import JobError, Request, final_save_fits, place
-    from spotctl.plan import PlanError
-    from spotctl.plan.costs import CostError
+    from spotctl.plan import INPUT_ERRORS
 
     request = Request(name, image, words, nodes, team, gpu_class, gpus_per_node, bucket)
     try:
         program = program or find_program(Path.cwd())
         settings = read_stack(program, stack, "--stack")
         placed = place(settings, stack, request)
-        plan = planned(settings, stack, program, nodes, state_gib, step_s, job_hours)
+        plan = planned(stack, program, placed.gpu_class.name, nodes, state_gib, step_s, job_hours)
         final_save_fits(plan, state_gib, nodes)
-    except (ProgramInputError, JobError, PlanError, CostError) as exc:
+    except (ProgramInputError, JobError, *INPUT_ERRORS) as exc:
         raise _refuse(str(exc)) from None
 
     from spotctl.progress import Progress

@@ -1,22 +1,17 @@
-"""The checkpoint interval a team's run is written with: the planner's (`spotctl plan`), for the
-stack's cloud, notice window and image delivery, the run's nodes and its state.
-
-The planner has no interruption rate of its own per GPU class yet, so the class is planned at
-the Spot Instance Advisor band ASSUMED_BAND; the one call to the planner is `planned`, so a rate
-per class replaces the assumption there alone.
-"""
+"""The checkpoint interval a team's run is written with: the one `spotctl plan --stack S
+--class C` plans for the stack's GPU class (its instance type with the most GPUs, that type's
+interruption band and prices in the stack's region from the provider data table, the stack's
+notice and image delivery), for the run's nodes and state. `planned` is the one call to the
+planner."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.config import StackConfig
 from spotctl.plan import Inputs, scenario
 from spotctl.plan.model import SpotJob, interval_s
 
-# The band the planner assumes for every GPU class: its upper edge, 10 % of nodes a month.
-ASSUMED_BAND = "5-10%"
 GB_PER_GIB = 2**30 / 10**9
 
 
@@ -27,7 +22,7 @@ class Planned:
     job: SpotJob
     """The job as the planner saw it (its save, its notice)."""
     band: str
-    """The interruption band it was planned for."""
+    """The interruption band it was planned for (the provider data table's, for the class)."""
 
     def every_steps(self) -> int:
         """The interval in whole steps, at least one, as `spotctl plan` gives it."""
@@ -35,29 +30,26 @@ class Planned:
 
 
 def planned(
-    settings: StackConfig,
     stack: str,
     program: Path,
+    gpu_class: str,
     nodes: int,
     state_gib: float,
     step_s: float,
     job_hours: float,
 ) -> Planned:
-    """The planner's interval for a run of the stack on `nodes` nodes, each saving its shard of
-    `state_gib` GiB, a step taking `step_s` s, `job_hours` of training in all."""
-    window = settings.notice_window()
+    """The planner's interval for a run of the stack's `gpu_class` on `nodes` nodes, each saving
+    its shard of `state_gib` GiB, a step taking `step_s` s, `job_hours` of training in all."""
     plan = scenario(
         Inputs(
-            cloud=settings.cloud,
+            cloud=None,
             step_s=step_s,
             job_hours=job_hours,
             state_gb=state_gib * GB_PER_GIB,
-            interruption_band=ASSUMED_BAND,
             nodes=nodes,
-            notice_s=window.grace_s,
-            notice_lag_s=window.lag_s,
             stack=stack,
             program=program,
+            gpu_class=gpu_class,
         )
     )
-    return Planned(interval_s(plan.job), plan.job, ASSUMED_BAND)
+    return Planned(interval_s(plan.job), plan.job, plan.assumptions["provider_data"]["band"])

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from components.config import load_config
 from components.k8s.jobs import PREEMPTED_EXIT_CODE
 from spotctl.cli import app
-from spotctl.job.interval import ASSUMED_BAND, GB_PER_GIB, planned
+from spotctl.job.interval import GB_PER_GIB, planned
 from spotctl.job.manifest import Written, problems, write_job
 from spotctl.job.request import JobError, Request, place
 from spotctl.preview.aws import ACCOUNT_ID
@@ -62,7 +62,7 @@ def write(stacks: dict, stack: str, nodes: int = 1, **changes) -> tuple:
         }
     )
     placed = place(settings, stack, request)
-    plan = planned(settings, stack, REPO_ROOT, nodes, STATE_GIB, STEP_S, JOB_HOURS)
+    plan = planned(stack, REPO_ROOT, placed.gpu_class.name, nodes, STATE_GIB, STEP_S, JOB_HOURS)
     written = write_job(settings, resources, rendered, request, placed, plan)
     return settings, written, plan, rendered
 
@@ -181,16 +181,16 @@ def test_the_interval_is_the_planners_for_the_stack(
     stacks: dict, stack: str, nodes: int, tmp_path: Path
 ) -> None:
     settings, written, _, _ = write(stacks, stack, nodes)
-    window = settings.notice_window()
+    [gpu_class] = settings.gpu_classes  # the one class each of these stacks has
     out = tmp_path / "plan.json"
     result = CliRunner().invoke(
         app,
         [
             "plan",
-            "--cloud",
-            settings.cloud,
             "--stack",
             stack,
+            "--class",
+            gpu_class.name,
             "--program",
             str(REPO_ROOT),
             "--state-gb",
@@ -199,14 +199,8 @@ def test_the_interval_is_the_planners_for_the_stack(
             str(STEP_S),
             "--job-hours",
             str(JOB_HOURS),
-            "--interruption-band",
-            ASSUMED_BAND,
             "--nodes",
             str(nodes),
-            "--notice-s",
-            str(window.grace_s),
-            "--notice-lag-s",
-            str(window.lag_s),
             "--json",
             str(out),
         ],
