@@ -26,8 +26,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
-import requests
 from json_http import JsonHandler
+from prometheus_server import prometheus_server
 from rich.console import Console
 from spotsafe.local.servers import free_port
 from stack_files import REPO_ROOT, stack_values
@@ -140,30 +140,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         capture_output=True,
     )
     (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\n")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                if requests.get(f"{url}/-/ready", timeout=1).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.1)
+    with prometheus_server(root / "prometheus.yml", root / "data") as url:
         yield url, t0
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def no_wait(seconds: float) -> None:
