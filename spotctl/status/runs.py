@@ -22,7 +22,6 @@ from typing import Any
 
 from spotsafe.goodput import CAUSES, IDLE_NODES, LOST_WORK
 
-from components.k8s.prices import PRICE_RECORD
 from spotctl.drill.ledger import Prometheus
 
 RUN_CAUSES = tuple(cause for cause in CAUSES if cause != IDLE_NODES)
@@ -30,6 +29,9 @@ RUN_CAUSES = tuple(cause for cause in CAUSES if cause != IDLE_NODES)
 STEP = "spotsafe_training_step"
 POD_BADPUT = "namespace_pod_cause:spot_training_pod_badput_seconds"
 PLACEMENT = "namespace_pod:spot_training_pod_node_labels:last1h"
+PRICE_RECORD = "gpu_class_capacity_type:spot_training_gpu_hour_usd:price"
+"""The stack's GPU-hour prices as components/k8s/prices.py records them (named here, as
+importing that module would load Pulumi)."""
 UNKNOWN = "unknown"
 """The capacity type of a pod whose node Prometheus does not know."""
 

@@ -52,8 +52,9 @@ def loaded_by(*args: str) -> list[str]:
         ["preview", "--stack", "no-such-stack"],
         ["plan", "--cloud", "azure", "--step-s", "1", "--job-hours", "1"],
         [*PLAN, "--interruption-band", "<5%"],
+        ["status", "--prometheus", "http://127.0.0.1:1", "--run", "llama"],
     ],
-    ids=["help", "plan-help", "no-such-stack", "usage-error", "plan"],
+    ids=["help", "plan-help", "no-such-stack", "usage-error", "plan", "status"],
 )
 def test_quick_answers_load_no_heavy_package(args: list[str]) -> None:
     assert loaded_by(*args) == []

@@ -41,10 +41,11 @@ from stack_files import stack_values
 from typer.testing import CliRunner
 
 from components.config import load_config
+from components.k8s import prices
 from components.k8s.alerts import alert_groups
-from components.k8s.prices import price_group
 from spotctl.cli import app
 from spotctl.drill.jobs import JobSpec
+from spotctl.status import runs
 from spotctl.status.runs import RUN_CAUSES
 
 SETTINGS = load_config(stack_values("prod"))
@@ -192,7 +193,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     root = tmp_path_factory.mktemp("status")
     kube = ThreadingHTTPServer(("127.0.0.1", 0), KubeStateMetrics)
     threading.Thread(target=kube.serve_forever, daemon=True).start()
-    rules = {"groups": [price_group(SETTINGS.kubernetes.monitoring, [GPU_CLASS])]}
+    rules = {"groups": [prices.price_group(SETTINGS.kubernetes.monitoring, [GPU_CLASS])]}
     rules["groups"] += alert_groups("https://runbooks.example")
     (root / "rules.yaml").write_text(yaml.safe_dump(rules))
     (root / "targets.json").write_text("[]")
@@ -224,12 +225,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         first = finished(proc, "llama-1", "spot-1")
         assert proc.returncode == EXIT_PREEMPTED
 
-        # Killed with no notice past its last checkpoint and a progress record beyond it.
+        # Killed with no notice half a checkpoint interval past its last checkpoint, once the
+        # progress record has got there too.
         proc, port = pods.start("llama-2", "spot-2")
-        wait_for(lambda: step_of(port) >= first.reached + 2 * EVERY + EVERY // 2, "llama-2 trains")
-        wait_for(
-            lambda: pods.progress() > first.reached + 2 * EVERY + EVERY // 2, "progress recorded"
-        )
+        kill_at = (first.reached // EVERY + 3) * EVERY + EVERY // 2
+        wait_for(lambda: step_of(port) >= kill_at, "llama-2 trains")
+        wait_for(lambda: pods.progress() >= kill_at, "progress recorded")
         families = metrics_of(port)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
@@ -337,6 +338,7 @@ def test_status_agrees_with_the_ledger_the_series_came_from(
     assert spot["cost_usd"] == pytest.approx(spot["gpu_hours"] * PRICES.spot)
     assert on_demand["cost_usd"] == pytest.approx(on_demand["gpu_hours"] * PRICES.on_demand)
     assert run["cost_usd"] == pytest.approx(spot["cost_usd"] + on_demand["cost_usd"])
+    assert runs.PRICE_RECORD == prices.PRICE_RECORD
     assert {(p["capacity_type"], p["usd_per_gpu_hour"]) for p in run["prices"]} == {
         ("spot", PRICES.spot),
         ("on-demand", PRICES.on_demand),
