@@ -66,8 +66,9 @@ def queries(namespace: str | None, run: str | None, since: str, fresh_s: float) 
         "stepping": f"(max_over_time({STEP}{{{sel}}}[{fresh}]) - "
         f"min_over_time({STEP}{{{sel}}}[{fresh}])) "
         f"and (timestamp({STEP}{{{sel}}}) > time() - {fresh_s:g})",
-        "runs": f"count by (namespace, run) (last_over_time(spotsafe_goodput_seconds_total"
-        f"{{{team}}}[{since}]))",
+        # Every run, to name them when none matches.
+        "runs": "count by (namespace, run) "
+        f"(last_over_time(spotsafe_goodput_seconds_total[{since}]))",
     }
 
 
@@ -156,7 +157,7 @@ def _unknown(namespace: str | None, run: str | None, since: str, found: list, ur
     runs = sorted(f"{s['metric'].get('namespace')}/{s['metric'].get('run')}" for s in found)
     where = f"in Prometheus at {url} over the last {since}"
     if not runs:
-        return f"no training run {where}" + (f" matches {asked}" if asked else "")
+        return f"no training run {where}"
     return f"no run {asked} {where}; runs there: {', '.join(runs)}"
 
 

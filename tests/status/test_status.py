@@ -52,7 +52,7 @@ SETTINGS = load_config(stack_values("prod"))
 GPU_CLASS = SETTINGS.gpu_classes[0].name
 PRICES = SETTINGS.kubernetes.monitoring.prices_of(GPU_CLASS)
 NAMESPACE, RUN = "vision", "llama"
-STEPS, EVERY = 8000, 500
+STEPS, EVERY = 5000, 500
 NODES = {"spot-1": "spot", "spot-2": "spot", "od-1": "on-demand"}
 SCRAPE_S = 1.0
 
@@ -364,7 +364,8 @@ def test_the_console_names_the_run_its_state_and_costs(recorded: Recorded) -> No
     ("args", "message"),
     [
         (["--run", "bert"], "no run bert in Prometheus at {url} over the last 7d; runs there: "),
-        (["--team", "language"], "no training run in Prometheus at {url} over the last 7d "),
+        (["--team", "language"], "no run language in Prometheus at {url} over the last 7d; "),
+        (["--team", "language", "--run", RUN], "no run language/llama in Prometheus at {url} "),
         (["--run", RUN, "--since", "week"], "--since 'week' is not a Prometheus duration"),
         ([], "give --run RUN (its Job's name), --team NAMESPACE, or both"),
     ],
@@ -374,8 +375,8 @@ def test_a_bad_input_is_one_line(recorded: Recorded, args: list[str], message: s
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
     assert line.startswith(f"error: {message.format(url=recorded.url)}")
-    if "runs there" in message:
-        assert line.endswith(f"{NAMESPACE}/{RUN}")
+    if message.startswith("no run"):
+        assert line.endswith(f"; runs there: {NAMESPACE}/{RUN}")
 
 
 def test_an_unreachable_prometheus_is_one_line_with_its_url_and_what_failed() -> None:
