@@ -33,7 +33,7 @@ import pytest
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_server import prometheus_server
+from prometheus_server import backfilled_prometheus, openmetrics, prometheus_server, series
 from spotsafe import goodput
 from spotsafe.local.servers import free_port
 from spotsafe.preemption import EXIT_PREEMPTED
@@ -386,3 +386,132 @@ def test_an_unreachable_prometheus_is_one_line_with_its_url_and_what_failed() ->
     assert result.output.strip() == (
         f"error: Prometheus at {url}: ConnectionError: Connection refused"
     )
+
+
+# ---- a team over backfilled series: attempts of several pods and ranks ---------------------
+TEAM = "language"
+RANKS = ("r0", "r1")
+GAUGES = ("spotsafe_attempt", "spotsafe_resumed_from_step", "spotsafe_redo_until_step")
+
+
+def team_openmetrics(t0: int) -> str:
+    """Run bert: attempt 1 on two spot pods of two ranks each, stopped by an AWS notice at
+    t0-300; attempt 2 on two pods, one on on-demand and one whose node Prometheus never saw,
+    training until t0. Run gpt: one process, long finished."""
+    first = range(t0 - 900, t0 - 299, 15)
+    second = range(t0 - 240, t0 + 1, 15)
+    pods = {"bert-a0": first, "bert-a1": first, "bert-b0": second, "bert-b1": second}
+    bert = {"namespace": TEAM, "run": "bert"}
+    good, bad, gauges, notices, steps = [], [], [], [], []
+    for pod, grid in pods.items():
+        attempt = 1 if pod.startswith("bert-a") else 2
+        for rank in RANKS:
+            labels = {**bert, "pod": pod, "instance": f"{pod}:{rank}"}
+            start = grid[0]
+            good += series(
+                "spotsafe_goodput_seconds_total", labels, [(t, (t - start) / 9) for t in grid]
+            )
+            causes = {"pod_start": 10.0} if attempt == 1 else {"restore": 2.0, "lost_work": 4.0}
+            for cause, seconds in causes.items():
+                bad += series(
+                    "spotsafe_badput_seconds_total",
+                    {**labels, "cause": cause},
+                    [(t, seconds) for t in grid],
+                )
+            values = (attempt, -1, 0) if attempt == 1 else (attempt, 500, 540)
+            for name, value in zip(GAUGES, values, strict=True):
+                gauges += series(name, labels, [(t, value) for t in grid])
+            base = 0 if attempt == 1 else 500
+            steps += series("spotsafe_training_step", labels, [(t, base + t - start) for t in grid])
+            if attempt == 1:
+                notices += series(
+                    "spotsafe_termination_notices_total",
+                    {**labels, "source": "aws", "kind": "preemption"},
+                    [(t, 1) for t in grid if t >= t0 - 330],
+                )
+    old = range(t0 - 3000, t0 - 2000, 15)
+    gpt = {"namespace": TEAM, "run": "gpt", "pod": "gpt-0", "instance": "gpt-0:r0"}
+    good += series("spotsafe_goodput_seconds_total", gpt, [(t, 60.0) for t in old])
+    now = range(t0 - 900, t0 + 1, 15)
+    placement = [
+        line
+        for pod, kind in (("bert-a0", "spot"), ("bert-a1", "spot"), ("bert-b0", "on-demand"))
+        for line in series(
+            runs.PLACEMENT,
+            {
+                "namespace": TEAM,
+                "pod": pod,
+                "label_gpu_class": GPU_CLASS,
+                "label_capacity_type": kind,
+            },
+            [(t, 1) for t in now],
+        )
+    ]
+    price_lines = [
+        line
+        for kind, usd in (("spot", PRICES.spot), ("on-demand", PRICES.on_demand))
+        for line in series(
+            prices.PRICE_RECORD,
+            {"label_gpu_class": GPU_CLASS, "label_capacity_type": kind},
+            [(t, usd) for t in now],
+        )
+    ]
+    return openmetrics(
+        [
+            ("spotsafe_goodput_seconds", "counter", good),
+            ("spotsafe_badput_seconds", "counter", bad),
+            ("spotsafe_termination_notices", "counter", notices),
+            *(
+                (name, "gauge", [line for line in gauges if line.startswith(name + "{")])
+                for name in GAUGES
+            ),
+            ("spotsafe_training_step", "gauge", steps),
+            (runs.PLACEMENT, "gauge", placement),
+            (prices.PRICE_RECORD, "gauge", price_lines),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("team")
+    with backfilled_prometheus(root, team_openmetrics(int(time.time()))) as url:
+        yield url
+
+
+def test_a_teams_runs_group_their_pods_and_ranks_by_attempt(team: str, tmp_path: Path) -> None:
+    out = tmp_path / "team.json"
+    result = CliRunner().invoke(
+        app, ["status", "--prometheus", team, "--team", TEAM, "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    bert, gpt = json.loads(out.read_text())["runs"]
+    assert (bert["run"], gpt["run"]) == ("bert", "gpt")
+    assert gpt["training_now"] is False and gpt["recoveries"] == 0
+    assert gpt["capacity"] == {"unknown": {"gpu_hours": 60 / 3600, "cost_usd": None}}
+
+    first, second = bert["attempts"]
+    assert (first["attempt"], second["attempt"]) == (1, 2)
+    assert first["pods"] == ["bert-a0", "bert-a1"] and second["pods"] == ["bert-b0", "bert-b1"]
+    assert first["notices"] == {"aws": 1}, "each rank heard the same notice: counted once"
+    assert second["notices"] == {}
+    assert (first["resumed_from"], second["resumed_from"]) == (None, 500)
+    assert (first["lost_steps"], second["lost_steps"]) == (0, 40)
+    assert bert["recoveries"] == 1 and bert["lost_steps"] == 40
+    assert bert["training_now"] is True
+    assert (first["training_now"], second["training_now"]) == (False, True)
+    assert first["reached_step"] == 600 and bert["step"] == 500 + 240
+
+    # Four processes per attempt: goodput 600 / 9 s and 240 / 9 s each.
+    g = bert["goodput"]
+    assert g["goodput_s"] == pytest.approx(4 * 600 / 9 + 4 * 240 / 9)
+    assert g["badput_s"]["pod_start"] == pytest.approx(40)
+    assert g["badput_s"]["restore"] == pytest.approx(8)
+    assert g["badput_s"]["lost_work"] == pytest.approx(16)
+    per_b = (240 / 9 + 6) / 3600
+    assert bert["capacity"]["spot"]["gpu_hours"] == pytest.approx(4 * (600 / 9 + 10) / 3600)
+    assert bert["capacity"]["on-demand"]["gpu_hours"] == pytest.approx(2 * per_b)
+    assert bert["capacity"]["unknown"] == {"gpu_hours": pytest.approx(2 * per_b), "cost_usd": None}
+    assert bert["capacity"]["on-demand"]["cost_usd"] == pytest.approx(2 * per_b * PRICES.on_demand)
+    assert bert["cost_usd"] is None, "a pod on an unknown node leaves the run's cost unpriced"
+    assert "unpriced" in result.output
