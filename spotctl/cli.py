@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from spotctl import drill, job, plan, preflight, preview, render, review
+from spotctl import drill, job, plan, preflight, preview, render, review, status
 
 # Click's UsageError (an unknown option, a value outside the choices, a missing option), reached
 # through the public BadParameter, whichever click Typer carries.
@@ -30,7 +30,7 @@ class OneLineErrors(TyperGroup):
 app = typer.Typer(
     cls=OneLineErrors,
     help="Operate the spot training blueprint: preview, preflight, render, drill, plan, review, "
-    "job.",
+    "job, status.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -65,3 +65,4 @@ app.command("drill")(drill.command)
 app.command("plan")(plan.command)
 app.command("review")(review.command)
 app.command("job")(job.command)
+app.command("status")(status.command)

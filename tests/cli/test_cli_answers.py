@@ -58,6 +58,7 @@ def loaded_by(*args: str) -> list[str]:
         [*PLAN, "--stack", "prod", "--class", "h100-80gb", "--program", str(REPO_ROOT)],
         ["job", "-h"],
         [*JOB, "--image", "trainer:latest", "--", "python", "train.py"],
+        ["status", "--prometheus", "http://127.0.0.1:1", "--run", "llama"],
     ],
     ids=[
         "help",
@@ -68,6 +69,7 @@ def loaded_by(*args: str) -> list[str]:
         "plan-stack-class",
         "job-help",
         "job-refusal",
+        "status",
     ],
 )
 def test_quick_answers_load_no_heavy_package(args: list[str]) -> None:
