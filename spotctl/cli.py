@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from spotctl import drill, plan, preflight, preview, render, review
+from spotctl import drill, job, plan, preflight, preview, render, review, status
 
 # Click's UsageError (an unknown option, a value outside the choices, a missing option), reached
 # through the public BadParameter, whichever click Typer carries.
@@ -29,7 +29,8 @@ class OneLineErrors(TyperGroup):
 
 app = typer.Typer(
     cls=OneLineErrors,
-    help="Operate the spot training blueprint: preview, preflight, render, drill, plan, review.",
+    help="Operate the spot training blueprint: preview, preflight, render, drill, plan, review, "
+    "job, status.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -63,3 +64,5 @@ app.command("render")(render.command)
 app.command("drill")(drill.command)
 app.command("plan")(plan.command)
 app.command("review")(review.command)
+app.command("job")(job.command)
+app.command("status")(status.command)

@@ -213,9 +213,9 @@ class CommandScope:
 
 
 # The on-call engineer (platform-admin, docs/operations.md "On-call") runs the runbooks and the
-# operations; a team's engineers submit its runs (docs/kubernetes.md; docs/deploy.md and
-# docs/deploy-gcp.md, "Who may do what": AWS's ml-engineer role of the team, GCP's
-# gcp.groups.team_engineers, bound to `edit` in the team's namespace).
+# operations; a team's engineers submit its runs (docs/kubernetes.md, docs/first-job.md;
+# docs/deploy.md and docs/deploy-gcp.md, "Who may do what": AWS's ml-engineer role of the team,
+# GCP's gcp.groups.team_engineers, bound to `edit` in the team's namespace).
 COMMAND_SCOPES = (
     CommandScope("runbooks/aws/", "platform-admin", ("aws",)),
     CommandScope("runbooks/gcp/", "platform-admin", ("gcp",)),
@@ -239,6 +239,7 @@ COMMAND_SCOPES = (
         needs="gcp:cloudscheduler/job:Job",
     ),
     CommandScope("docs/kubernetes.md", "team-engineer", ("aws", "gcp"), "Submitting a run"),
+    CommandScope("docs/first-job.md", "team-engineer", ("aws",), "Submit it and follow it"),
 )
 
 

@@ -30,9 +30,14 @@ naming the node that left, and hold their GPUs idle no longer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
 
-from components.k8s.placement import SPOT_PREFERENCE, Placement
+from components.k8s.placement import SPOT_PREFERENCE, Placement, class_placement
+from components.pools import Taint
+
+if TYPE_CHECKING:
+    from components.config.stack import GpuClass
 
 # The runtime exits with EX_TEMPFAIL when it stopped for a preemption after a final save.
 PREEMPTED_EXIT_CODE = 75
@@ -98,6 +103,10 @@ class TrainingJobSpec:
     # survivors of a node lost and not replaced then exit 75 (requeued, uncounted) instead of
     # holding their GPUs idle.
     rendezvous_timeout_s: int = 600
+    # The planned checkpoint interval (`spotctl job`), for the command to save by: in seconds of
+    # training as CHECKPOINT_INTERVAL_S and in steps as CHECKPOINT_EVERY_STEPS (0: not planned).
+    checkpoint_interval_s: int = 0
+    checkpoint_every_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.notice_seconds < 1:
@@ -119,6 +128,44 @@ class TrainingJobSpec:
             raise ValueError(f"backoff_limit must be >= 0, got {self.backoff_limit}")
         if not self.command:
             raise ValueError("command must not be empty")
+        if self.checkpoint_interval_s < 0 or self.checkpoint_every_steps < 0:
+            raise ValueError("checkpoint_interval_s and checkpoint_every_steps must be >= 0")
+
+
+def class_fields(gpu_class: GpuClass, gpus: int, efa: int, compute_class_label: str | None) -> dict:
+    """The fields of a spec that follow its GPU class (a `GpuClass` of the stack config): the
+    class's spot-first placement, `gpus` per pod with the class's CPU and memory per GPU, its
+    EFA interfaces (`efa`) and how long a gang waits for a lost node's replacement."""
+    return {
+        "placement": class_placement(gpu_class.name, "spot", compute_class_label),
+        "gpus": gpus,
+        "cpu": str(gpus * gpu_class.cpu_per_gpu),
+        "memory": f"{gpus * gpu_class.memory_gib_per_gpu}Gi",
+        "rendezvous_timeout_s": gpu_class.rendezvous_wait_s(),
+        "efa_interfaces": efa,
+    }
+
+
+def spec_document(spec: TrainingJobSpec) -> dict:
+    """The spec as plain values (lists for tuples), as a preview records it."""
+    return asdict(spec)
+
+
+def spec_from_document(document: dict) -> TrainingJobSpec:
+    """The spec `spec_document` wrote; integral numbers may come back as floats, as JSON's do."""
+    placement = document["placement"]
+    values = {
+        **document,
+        "placement": Placement(
+            dict(placement["node_labels"]), tuple(Taint(**t) for t in placement["taints"])
+        ),
+    }
+    for f in fields(TrainingJobSpec):
+        if f.type == "int":
+            values[f.name] = int(values[f.name])
+        elif f.type == "tuple[str, ...]":
+            values[f.name] = tuple(values[f.name])
+    return TrainingJobSpec(**values)
 
 
 def single_node_job(spec: TrainingJobSpec) -> dict:
@@ -250,6 +297,14 @@ def _job(spec: TrainingJobSpec, pod_spec: dict, completions: int | None) -> dict
     }
 
 
+def _interval_env(spec: TrainingJobSpec) -> list[dict]:
+    planned = {
+        "CHECKPOINT_INTERVAL_S": spec.checkpoint_interval_s,
+        "CHECKPOINT_EVERY_STEPS": spec.checkpoint_every_steps,
+    }
+    return [{"name": name, "value": str(value)} for name, value in planned.items() if value]
+
+
 def _pod_spec(spec: TrainingJobSpec, command: list[str], local_ranks: int) -> dict:
     resources = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpus:
@@ -292,6 +347,7 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str], local_ranks: int) -> di
                     {"name": "SPOTSAFE_NOTICE_SOURCES", "value": ",".join(spec.notice_sources)},
                     {"name": "SPOTSAFE_SIGTERM_GRACE_S", "value": str(spec.notice_seconds)},
                     {"name": "SPOTSAFE_SIGTERM_LAG_S", "value": str(spec.notice_lag_seconds)},
+                    *_interval_env(spec),
                     # GCE's preemption notice leaves the pod what the node's shutdown grace gives
                     # it, not the metadata server's fixed 30 s.
                     *(

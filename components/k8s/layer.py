@@ -24,7 +24,7 @@ from components.k8s.admission import AdmissionArgs, AdmissionPolicies
 from components.k8s.alerts import AlertRules, AlertRulesArgs
 from components.k8s.dashboard import Dashboard, DashboardArgs
 from components.k8s.gpus import GpuAgents, GpuAgentsArgs
-from components.k8s.jobs import TrainingJobSpec
+from components.k8s.jobs import TrainingJobSpec, class_fields
 from components.k8s.kueue import (
     LOCAL_QUEUE,
     ClassQuota,
@@ -36,7 +36,7 @@ from components.k8s.kueue import (
 from components.k8s.monitoring import NAMESPACE as MONITORING
 from components.k8s.monitoring import MonitoringStack, MonitoringStackArgs
 from components.k8s.namespaces import TeamNamespace, TeamNamespaceArgs
-from components.k8s.placement import STABLE, class_placement
+from components.k8s.placement import STABLE
 from components.k8s.prices import price_group
 from components.k8s.priorities import Priorities, PrioritiesArgs
 from components.k8s.rendezvous import RendezvousStore, RendezvousStoreArgs
@@ -198,18 +198,18 @@ class KubernetesLayer(pulumi.ComponentResource):
                 notice_seconds=platform.notice_seconds,
                 notice_sources=platform.notice_sources,
                 notice_lag_seconds=platform.notice_lag_seconds,
-                placement=class_placement(gpu_class.name, "spot", platform.compute_class_label),
-                gpus=t.gpus_per_node,
-                cpu=str(t.gpus_per_node * gpu_class.cpu_per_gpu),
-                memory=f"{t.gpus_per_node * gpu_class.memory_gib_per_gpu}Gi",
                 gpu_resource=s.gpu_resource,
                 backoff_limit=t.backoff_limit,
                 labels={"spot-training/team": team.name},
                 annotations=dict(platform.training_pod_annotations),
                 rendezvous_endpoint=store.endpoint,
-                # Kueue's timeouts agree with it (components/config/capacity.py).
-                rendezvous_timeout_s=gpu_class.rendezvous_wait_s(),
-                efa_interfaces=efa_interfaces(config, gpu_class),
+                # The gang's wait: Kueue's timeouts agree with it (components/config/capacity.py).
+                **class_fields(
+                    gpu_class,
+                    t.gpus_per_node,
+                    efa_interfaces(config, gpu_class),
+                    platform.compute_class_label,
+                ),
             )
             JobTemplates(
                 f"{name}-{team.name}-templates",
@@ -219,6 +219,7 @@ class KubernetesLayer(pulumi.ComponentResource):
                     image=image,
                     min_nodes=t.min_nodes,
                     max_nodes=t.max_nodes,
+                    compute_class_label=platform.compute_class_label,
                 ),
                 after_namespaces,
             )

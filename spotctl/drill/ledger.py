@@ -14,6 +14,7 @@ measure is None and `not_measured` says why.
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,13 +79,16 @@ def planned_queries() -> dict[str, str]:
 
 
 class Prometheus:
-    """Prometheus's HTTP API at a URL (e.g. a port-forward to the cluster's)."""
+    """Prometheus's HTTP API at a URL (e.g. a port-forward to the cluster's), with a bearer
+    token when the endpoint asks for one (Google Cloud Managed Service for Prometheus's API)."""
 
-    def __init__(self, url: str, session: Any = None) -> None:
+    def __init__(self, url: str, session: Any = None, token: str | None = None) -> None:
         import requests
 
         self.url = url.rstrip("/")
         self.session = session or requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
 
     def _get(self, path: str, params: dict[str, Any]) -> list[dict]:
         import requests
@@ -93,7 +97,7 @@ class Prometheus:
             answer = self.session.get(f"{self.url}{path}", params=params, timeout=60)
             body = answer.json()
         except requests.RequestException as exc:
-            raise PrometheusError(f"Prometheus at {self.url}: {exc}") from None
+            raise PrometheusError(f"Prometheus at {self.url}: {_reason(exc)}") from None
         except ValueError:
             raise PrometheusError(
                 f"Prometheus at {self.url}: HTTP {answer.status_code}, not a JSON answer"
@@ -111,6 +115,13 @@ class Prometheus:
         return self._get(
             "/api/v1/query_range", {"query": promql, "start": start, "end": end, "step": step}
         )
+
+
+def _reason(exc: Exception) -> str:
+    """What failed, without the connection pool's retry story: e.g. "ConnectionError:
+    Connection refused" (the socket's own words, where the message carries them)."""
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
+    return f"{type(exc).__name__}: {errno.group(1) if errno else str(exc)[:200]}"
 
 
 def _run(metric: dict[str, str]) -> str:

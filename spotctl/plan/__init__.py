@@ -2,17 +2,20 @@
 
 From a state size (or measured save and restore costs), an interruption rate, the cloud's notice,
 the step time, the prices and the job's length it plans the checkpoint interval and says what
-spot costs against on-demand. The model is in `spotctl.plan.model`, the costs in
-`spotctl.plan.costs`, the report in `spotctl.plan.report`.
+spot costs against on-demand, as ratios and in dollars. With `--stack` and `--class` the instance
+type, region, notice, prices and interruption band come from the stack and the provider data
+table (policies/provider-data.yaml); `planned_interval` gives a stack's class's interval to code
+that writes jobs. The model is in `spotctl.plan.model`, the costs in `spotctl.plan.costs`, the
+stack's class in `spotctl.plan.stack_class`, the report in `spotctl.plan.report`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -32,6 +35,12 @@ from spotctl.plan.node_start import (
     NodeStart,
 )
 from spotctl.plan.report import CAUSE_INPUTS
+from spotctl.plan.stack_class import ClassOffer, StackClassError, resolve
+from spotctl.provider_data import DATA_FILE, ProviderDataError
+from spotctl.provider_data import read as read_provider_data
+
+if TYPE_CHECKING:
+    from components.config import StackConfig
 
 # AWS Spot Instance Advisor's "frequency of interruption": the share of a type's capacity
 # reclaimed over the trailing month. Each band is taken at its upper edge; ">20%" has none.
@@ -79,9 +88,17 @@ class PlanError(ValueError):
     """Bad input; the message names the option."""
 
 
+INPUT_ERRORS = (PlanError, costs.CostError, StackClassError, ProviderDataError)
+"""What bad input raises, each a one-line message naming the option or file."""
+DEFAULT_JOB_HOURS = 168.0
+"""planned_interval's job length when the caller does not know it: a week, which caps the interval
+only for jobs whose interruptions lose almost nothing."""
+
+
 @dataclass(frozen=True)
 class Inputs:
-    cloud: str
+    cloud: str | None
+    """None: the stack's cloud (--stack is then required)."""
     step_s: float
     job_hours: float
     state_gb: float | None = None
@@ -101,17 +118,39 @@ class Inputs:
     image: str | None = None
     stack: str | None = None
     program: Path | None = None
+    gpu_class: str | None = None
+    instance_type: str | None = None
+    provider_data: Path | None = None
 
 
 def scenario(i: Inputs) -> Scenario:
-    """Check the inputs and turn them into the model's job; PlanError names a bad option."""
+    """Check the inputs and turn them into the model's job; one of INPUT_ERRORS names a bad
+    option."""
+    settings = _stack_settings(i)
+    if i.cloud is None and settings is None:
+        raise PlanError("--cloud is required without --stack")
+    i = replace(i, cloud=i.cloud or settings.cloud)
     _check(i)
+    if settings is not None and settings.cloud != i.cloud:
+        raise PlanError(f"--stack {i.stack} is on {settings.cloud}, not {i.cloud}")
+    offer = (
+        resolve(
+            settings,
+            i.stack,
+            i.gpu_class,
+            i.instance_type,
+            i.nodes,
+            read_provider_data(i.provider_data or DATA_FILE),
+        )
+        if i.gpu_class is not None
+        else None
+    )
     measured = costs.read(i.from_bench) if i.from_bench else None
     state_gb = i.state_gb or (measured.state_gb if measured else None)
     if state_gb is None:
         raise PlanError("--state-gb is required" + (" with a drill report" if measured else ""))
     shard_gb = state_gb / i.nodes
-    mechanism, mechanism_source = _image(i)
+    mechanism, mechanism_source = _image(i, settings)
     start = NodeStart(TRAINING_IMAGE_GB if i.image_gb is None else i.image_gb, mechanism)
     base = (measured.at if measured else costs.from_size)(shard_gb, start.total_s)
     blocked = i.checkpoint_s if i.checkpoint_s is not None else base.blocked_s
@@ -119,10 +158,10 @@ def scenario(i: Inputs) -> Scenario:
     if save < blocked:
         raise PlanError(f"--save-s ({save:g} s) must be at least the blocking part ({blocked:g} s)")
     restart = i.restart_s if i.restart_s is not None else base.restart_s
-    rate, rate_source = _interruption_rate(i)
+    rate, rate_source = _interruption_rate(i, offer)
     from components.config import NoticeWindow
 
-    default = NoticeWindow.default(i.cloud)
+    default = NoticeWindow.default(i.cloud) if settings is None else settings.notice_window()
     window = NoticeWindow(
         default.grace_s if i.notice_s is None else i.notice_s,
         default.lag_s if i.notice_lag_s is None else i.notice_lag_s,
@@ -149,7 +188,7 @@ def scenario(i: Inputs) -> Scenario:
             f"the job would take over a million times its on-demand time, mostly in "
             f"{largest.replace('_', ' ')}: {CAUSE_INPUTS[largest]}"
         )
-    spot, on_demand, price_source = _prices(i)
+    spot, on_demand, price_source = _prices(i, offer)
     assumptions = {
         "cloud": i.cloud,
         "notice_s": window.grace_s,
@@ -157,7 +196,9 @@ def scenario(i: Inputs) -> Scenario:
         "final_save_window_s": window.final_save_s,
         "notice_source": "--notice-s, --notice-lag-s"
         if (i.notice_s, i.notice_lag_s) != (None, None)
-        else NOTICE_SOURCES[i.cloud],
+        else NOTICE_SOURCES[i.cloud]
+        if settings is None
+        else f"--stack {i.stack}: its spot pods' notice and the drain's lag",
         "step_s": i.step_s,
         "job_hours": i.job_hours,
         "nodes": i.nodes,
@@ -192,6 +233,8 @@ def scenario(i: Inputs) -> Scenario:
         "spot_price": spot,
         "on_demand_price": on_demand,
         "price_source": price_source,
+        "gpus_per_node": offer.gpus_per_node if offer else None,
+        **(_class_assumptions(offer) if offer else {}),
         "model": MODEL,
     }
     if i.save_s is not None or (measured and measured.kind == "drill"):
@@ -199,6 +242,29 @@ def scenario(i: Inputs) -> Scenario:
     else:
         sized = partial(measured.at if measured else costs.from_size, node_start_s=start.total_s)
     return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions)
+
+
+def _class_assumptions(offer: ClassOffer) -> dict:
+    """The stack's class the plan is for, and the table's row for its instance type."""
+    row = offer.row
+    return {
+        "stack": offer.stack,
+        "gpu_class": offer.gpu_class,
+        "instance_type": offer.instance_type,
+        "region": offer.region,
+        "capacity_gpus": {"spot": offer.spot_gpus, "on_demand": offer.on_demand_gpus},
+        "provider_data": None
+        if row is None
+        else {
+            "band": offer.band,
+            "band_source": offer.band_source,
+            "spot_price": row.spot,
+            "on_demand_price": row.on_demand,
+            "read": row.read.isoformat(),
+            "sources": list(row.sources),
+            "estimate": row.estimate,
+        },
+    }
 
 
 def _size_assumptions() -> dict:
@@ -244,8 +310,17 @@ def _check(i: Inputs) -> None:
         )
     if i.nodes < 1:
         raise PlanError(f"--nodes must be at least 1, not {i.nodes}")
-    if (i.interruptions_per_hour is None) == (i.interruption_band is None):
+    if i.interruptions_per_hour is not None and i.interruption_band is not None:
         raise PlanError("give one of --interruptions-per-hour and --interruption-band")
+    if i.gpu_class is None and (i.interruptions_per_hour, i.interruption_band) == (None, None):
+        raise PlanError(
+            "give one of --interruptions-per-hour and --interruption-band, or --stack and "
+            "--class for the class's band"
+        )
+    if i.gpu_class is not None and i.stack is None:
+        raise PlanError("--class needs --stack: a GPU class is a stack's")
+    if i.instance_type is not None and i.gpu_class is None:
+        raise PlanError("--instance-type needs --class: it picks one of the class's types")
     if i.interruption_band is not None and i.interruption_band not in BANDS:
         raise PlanError(
             f"--interruption-band must be one of {', '.join(BANDS)}, not {i.interruption_band!r}"
@@ -271,20 +346,24 @@ def implausible_rates(i: Inputs) -> list[str]:
     ]
 
 
-def _image(i: Inputs) -> tuple[str, str]:
-    """How a new node gets the training image, and where that comes from: --image, the stack's
-    settings (--stack), or a plain pull."""
+def _stack_settings(i: Inputs) -> StackConfig | None:
+    """The stack's validated config (--stack), or None without one."""
     if i.stack is None:
-        return (i.image, "--image") if i.image else (PULL, "default: a plain pull")
+        return None
     from components.config.files import ProgramInputError, find_program
     from components.config.loading import read_stack
 
     try:
-        settings = read_stack(i.program or find_program(Path.cwd()), i.stack, "--stack")
+        return read_stack(i.program or find_program(Path.cwd()), i.stack, "--stack")
     except ProgramInputError as exc:
         raise PlanError(str(exc)) from None
-    if settings.cloud != i.cloud:
-        raise PlanError(f"--stack {i.stack} is a {settings.cloud} stack, not {i.cloud}")
+
+
+def _image(i: Inputs, settings: StackConfig | None) -> tuple[str, str]:
+    """How a new node gets the training image, and where that comes from: --image, the stack's
+    settings (--stack), or a plain pull."""
+    if settings is None:
+        return (i.image, "--image") if i.image else (PULL, "default: a plain pull")
     if settings.gcp is not None and settings.gcp.image_streaming:
         mechanism = STREAM
     elif settings.aws is not None and settings.aws.gpu_ami.image_cache_snapshot:
@@ -294,14 +373,38 @@ def _image(i: Inputs) -> tuple[str, str]:
     return mechanism, f"--stack {i.stack}: {STACK_SETTING[mechanism]}"
 
 
-def _interruption_rate(i: Inputs) -> tuple[float, str]:
-    if i.interruption_band is None:
-        return i.interruptions_per_hour, "--interruptions-per-hour"
-    share = BANDS[i.interruption_band]
-    return band_rate(i.interruption_band), (
-        f"--interruption-band {i.interruption_band}: {share:.0%} of nodes interrupted in a "
-        f"month of {HOURS_PER_MONTH:g} h, -ln(1 - {share:g}) / {HOURS_PER_MONTH:g}"
-        + (" (the band is open; 50 % assumed)" if i.interruption_band == ">20%" else "")
+def _interruption_rate(i: Inputs, offer: ClassOffer | None) -> tuple[float, str]:
+    """The rate per node-hour and where it comes from: the engineer's (over the table's band,
+    which the source then names), or the table's band for the class's instance type."""
+    table = (
+        f"the table's {offer.band} for {offer.instance_type} in {offer.region}"
+        if offer and offer.band
+        else None
+    )
+    if i.interruptions_per_hour is not None:
+        return i.interruptions_per_hour, "--interruptions-per-hour" + (
+            f", over {table}" if table else ""
+        )
+    if i.interruption_band is not None:
+        band, source = i.interruption_band, f"--interruption-band {i.interruption_band}"
+        if table:
+            source += f", over {table}"
+    elif offer.band is not None:
+        band, source = offer.band, f"{offer.band}: {offer.band_source}"
+    else:
+        raise _no_row(offer, "--interruptions-per-hour")
+    share = BANDS[band]
+    return band_rate(band), (
+        f"{source}: {share:.0%} of nodes interrupted in a month of {HOURS_PER_MONTH:g} h, "
+        f"-ln(1 - {share:g}) / {HOURS_PER_MONTH:g}"
+        + (" (the band is open; 50 % assumed)" if band == ">20%" else "")
+    )
+
+
+def _no_row(offer: ClassOffer, option: str) -> StackClassError:
+    return StackClassError(
+        f"--class {offer.gpu_class}: the provider data table has no {offer.instance_type} in "
+        f"{offer.region}; add its row, or pass {option}"
     )
 
 
@@ -310,18 +413,106 @@ def band_rate(band: str) -> float:
     return -math.log1p(-BANDS[band]) / HOURS_PER_MONTH
 
 
-def _prices(i: Inputs) -> tuple[float, float, str]:
+def _prices(i: Inputs, offer: ClassOffer | None) -> tuple[float, float, str]:
+    """USD per node-hour, spot and on-demand, and where they come from: the engineer's (over
+    the table's row, which the source then names), the table's row for the class's instance
+    type, or the drill's defaults."""
+    row = offer.row if offer else None
     if i.spot_price is not None:
-        return i.spot_price, i.on_demand_price, "--spot-price, --on-demand-price"
-    return Prices.spot, Prices.on_demand, "the drill's defaults: AWS g5.xlarge, us-east-1"
+        return (
+            i.spot_price,
+            i.on_demand_price,
+            "--spot-price, --on-demand-price"
+            + (
+                f", over the table's ${row.spot:g} spot and ${row.on_demand:g} on-demand for "
+                f"{row.instance_type} in {row.region}"
+                if row
+                else ""
+            ),
+        )
+    if offer is None:
+        return Prices.spot, Prices.on_demand, "the drill's defaults: AWS g5.xlarge, us-east-1"
+    if row is None:
+        raise _no_row(offer, "--spot-price and --on-demand-price")
+    return (
+        row.spot,
+        row.on_demand,
+        (
+            f"{offer.table}: {row.instance_type} in {row.region}, read {row.read}"
+            + (f" (estimate: {row.estimate})" if row.estimate else "")
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ClassInterval:
+    interval_s: float
+    """Seconds of training between checkpoints."""
+    interval_steps: int
+    """The same in steps of `step_s` (the runtime's `every_steps`)."""
+    expected_goodput: float
+    inputs: dict
+    """Every input the plan used, with its source: the instance type, region, interruption rate,
+    prices, notice, save and restart costs (the plan's JSON `assumptions`)."""
+
+
+def planned_interval(
+    stack: str,
+    gpu_class: str,
+    state_gb: float,
+    *,
+    nodes: int = 1,
+    step_s: float = 1.0,
+    job_hours: float = DEFAULT_JOB_HOURS,
+    instance_type: str | None = None,
+    program: Path | None = None,
+) -> ClassInterval:
+    """The checkpoint interval `spotctl plan --stack STACK --class GPU_CLASS` plans for a job of
+    `state_gb` GB of state (model, optimizer, ...) over `nodes` nodes of the class's instance
+    type (default: its type with the most GPUs), at the provider data table's interruption band
+    and prices for that type in the stack's region, with the stack's notice and the save and
+    restart costs the state size implies.
+
+    `step_s` (seconds per step) matters only to whether the last step and the final save fit the
+    notice, and to `interval_steps`; `job_hours` only caps the interval. The stack is read from
+    `program` (default: the Pulumi project the current directory is in). Bad input raises one of
+    INPUT_ERRORS, a one-line message naming the option (`--class`, `--nodes`, ...) as the command
+    would.
+    """
+    from spotctl.plan import report
+
+    result = report.build(
+        scenario(
+            Inputs(
+                cloud=None,
+                step_s=step_s,
+                job_hours=job_hours,
+                state_gb=state_gb,
+                nodes=nodes,
+                stack=stack,
+                program=program,
+                gpu_class=gpu_class,
+                instance_type=instance_type,
+            )
+        )
+    )
+    return ClassInterval(
+        result["interval_s"],
+        result["interval_steps"],
+        result["expected_goodput"],
+        result["assumptions"],
+    )
 
 
 def command(
-    cloud: Annotated[Cloud, typer.Option(help="Sets the notice a pod gets.")],
     step_s: Annotated[float, typer.Option(help="Seconds per training step.")],
     job_hours: Annotated[
         float, typer.Option(help="Hours of training the job needs with no interruption.")
     ],
+    cloud: Annotated[
+        Cloud | None,
+        typer.Option(help="Sets the notice a pod gets (default: the --stack's cloud)."),
+    ] = None,
     state_gb: Annotated[
         float | None,
         typer.Option(help="Checkpointed state in GB (model, optimizer, ...), over all nodes."),
@@ -390,7 +581,27 @@ def command(
     ] = None,
     stack: Annotated[
         str | None,
-        typer.Option(help="Instead of --image: the stack whose settings say it."),
+        typer.Option(
+            help="The stack the job runs on: its cloud, notice and how nodes get the image "
+            "(instead of --image); with --class, its class's instance type and region."
+        ),
+    ] = None,
+    gpu_class: Annotated[
+        str | None,
+        typer.Option(
+            "--class",
+            help="The stack's GPU class: its instance type's prices and interruption band from "
+            "the provider data table (override with --spot-price/--on-demand-price and "
+            "--interruptions-per-hour/--interruption-band).",
+        ),
+    ] = None,
+    instance_type: Annotated[
+        str | None,
+        typer.Option(help="One of the class's types (default: the one with the most GPUs)."),
+    ] = None,
+    provider_data: Annotated[
+        Path | None,
+        typer.Option(help="The prices and bands table (default: policies/provider-data.yaml)."),
     ] = None,
     program: ProgramOption = None,
     json_path: Annotated[
@@ -428,6 +639,9 @@ def command(
         image=image,
         stack=stack,
         program=program,
+        gpu_class=gpu_class,
+        instance_type=instance_type,
+        provider_data=provider_data,
     )
     try:
         for path, option in ((json_path, "--json"), (png, "--png")):
@@ -439,7 +653,7 @@ def command(
         raise fail(exc) from None
     try:
         planned = scenario(inputs)
-    except (PlanError, costs.CostError) as e:
+    except INPUT_ERRORS as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     for warning in implausible_rates(inputs):

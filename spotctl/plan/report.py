@@ -42,6 +42,8 @@ def build(s: Scenario) -> dict:
     badput = 1 - spot.goodput
     largest = max(spot.badput, key=spot.badput.get)
     steps = max(1, round(chosen / job.step_s))
+    expected_hours = job.work_s / spot.goodput / HOUR_S
+    on_demand_hours = job.work_s / on_demand_goodput / HOUR_S
     return {
         "interval_s": chosen,
         "interval_steps": steps,
@@ -50,10 +52,11 @@ def build(s: Scenario) -> dict:
         "expected_goodput": spot.goodput,
         "expected_badput": badput,
         "badput_by_cause": spot.badput,
-        "expected_hours": job.work_s / spot.goodput / HOUR_S,
-        "on_demand_hours": job.work_s / on_demand_goodput / HOUR_S,
+        "expected_hours": expected_hours,
+        "on_demand_hours": on_demand_hours,
         "expected_time_ratio": on_demand_goodput / spot.goodput,
         "expected_cost_ratio": cost_ratio(job, s.price_ratio),
+        **dollars(s, (spot.goodput, expected_hours), (on_demand_goodput, on_demand_hours)),
         "breakeven_interruptions_per_hour": _finite(
             breakeven_notice_rate(job, s.price_ratio) * HOUR_S / s.nodes
         ),
@@ -69,6 +72,22 @@ def build(s: Scenario) -> dict:
         else f"{largest.replace('_', ' ')} ({spot.badput[largest]:.1%} of paid time): "
         + CAUSE_INPUTS[largest],
         "assumptions": s.assumptions,
+    }
+
+
+def dollars(s: Scenario, spot: tuple[float, float], on_demand: tuple[float, float]) -> dict:
+    """The job's cost in USD on spot and on on-demand, each (goodput, hours to finish): all its
+    nodes' paid hours at the price, and what an hour of training kept costs per GPU (per node
+    where the GPUs per node are not known)."""
+    a = s.assumptions
+    gpus = a["gpus_per_node"]
+    (spot_goodput, spot_hours), (on_demand_goodput, on_demand_hours) = spot, on_demand
+    return {
+        "spot_cost_usd": spot_hours * s.nodes * a["spot_price"],
+        "on_demand_cost_usd": on_demand_hours * s.nodes * a["on_demand_price"],
+        "trained_hour_unit": "GPU-hour" if gpus else "node-hour",
+        "spot_usd_per_trained_hour": a["spot_price"] / (gpus or 1) / spot_goodput,
+        "on_demand_usd_per_trained_hour": a["on_demand_price"] / (gpus or 1) / on_demand_goodput,
     }
 
 
@@ -121,8 +140,14 @@ def tables(result: dict) -> list:
     from rich.table import Table
 
     a = result["assumptions"]
+    where = (
+        f"{a['nodes']} x {a['instance_type']} (stack {a['stack']}, class {a['gpu_class']}, "
+        f"{a['region']})"
+        if "gpu_class" in a
+        else f"{a['nodes']} node(s), {a['cloud']}"
+    )
     plan = Table(
-        title=f"Plan: {a['state_gb']:g} GB on {a['nodes']} node(s), {a['cloud']}, "
+        title=f"Plan: {a['state_gb']:g} GB on {where}, "
         f"{a['interruptions_per_node_hour']:.3g} interruptions per node-hour",
         show_header=False,
     )
@@ -140,6 +165,15 @@ def tables(result: dict) -> list:
             f"{result['expected_hours']:.1f} h, x{result['expected_time_ratio']:.3f} on-demand",
         ),
         ("cost", f"x{result['expected_cost_ratio']:.3f} on-demand"),
+        (
+            "job cost",
+            f"${result['spot_cost_usd']:,.0f} spot, ${result['on_demand_cost_usd']:,.0f} on-demand",
+        ),
+        (
+            f"per {result['trained_hour_unit']} trained",
+            f"${result['spot_usd_per_trained_hour']:,.2f} spot, "
+            f"${result['on_demand_usd_per_trained_hour']:,.2f} on-demand",
+        ),
         (
             "on-demand cheaper above",
             "never: spot is free"
@@ -168,7 +202,23 @@ def tables(result: dict) -> list:
         f"Badput: {badput}.",
         f"Notice window: the {a['notice_s']:g} s notice less the {a['notice_lag_s']:g} s the "
         "drain's SIGTERM may lag it, as the runtime plans its final save.",
+        f"Prices: ${a['spot_price']:g} spot, ${a['on_demand_price']:g} on-demand per node-hour"
+        + (
+            f" (${a['spot_price'] / a['gpus_per_node']:.4g} and "
+            f"${a['on_demand_price'] / a['gpus_per_node']:.4g} per GPU-hour, "
+            f"{a['gpus_per_node']} GPUs)"
+            if a["gpus_per_node"]
+            else ""
+        )
+        + f": {a['price_source']}.",
+        f"Interruptions: {a['interruptions_per_node_hour']:.3g} per node-hour: "
+        f"{a['interruption_rate_source']}.",
     ]
+    if a.get("capacity_gpus", {}).get("on_demand") == 0:
+        notes.append(
+            f"Class {a['gpu_class']} has no on-demand capacity in stack {a['stack']}: the "
+            "on-demand figures say what it would cost."
+        )
     if "node_start_s" in a:
         image = (
             f"{a['image_gb']:g} GB image pulled"

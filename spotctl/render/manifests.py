@@ -77,7 +77,7 @@ def render(resources: list[PreviewResource]) -> Rendered:
     for resource in resources:
         if not resource.custom or not resource.type.startswith("kubernetes:"):
             continue
-        inputs = _plain(resource.inputs, f"{resource.type} {resource.name}")
+        inputs = plain(resource.inputs, f"{resource.type} {resource.name}")
         if resource.type == HELM_RELEASE:
             rendered.releases.append(_release(inputs))
         else:
@@ -93,22 +93,25 @@ def render(resources: list[PreviewResource]) -> Rendered:
     return rendered
 
 
-def scheduling_problems(rendered: Rendered) -> list[str]:
+def scheduling_problems(rendered: Rendered, objects: list[dict] | None = None) -> list[str]:
     """Extended resources that pods request and no device plugin of the stack advertises where
-    the pods can run: such a pod stays Pending."""
+    the pods can run: such a pod stays Pending. `objects`: whose pods (default: the stack's)."""
     plugins = device_plugins(rendered.releases, rendered.nodes)
-    return unserved_resources(rendered.all_objects(), rendered.nodes, plugins)
+    return unserved_resources(
+        rendered.all_objects() if objects is None else objects, rendered.nodes, plugins
+    )
 
 
-def admission_problems(rendered: Rendered) -> list[str]:
+def admission_problems(rendered: Rendered, objects: list[dict] | None = None) -> list[str]:
     """What the stack's own admission policies would refuse or warn about among its objects
-    in its namespaces (the Job templates among them), each created as kubectl creates it."""
-    objects = rendered.all_objects()
-    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-    namespaces = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Namespace"}
+    in its namespaces (the Job templates among them), each created as kubectl creates it.
+    `objects`: the ones to create instead (a team's Job), under the stack's policies."""
+    stack = rendered.all_objects()
+    policies = [o for o in stack if o["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [o for o in stack if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    namespaces = {o["metadata"]["name"]: o for o in stack if o["kind"] == "Namespace"}
     problems = []
-    for obj in objects:
+    for obj in stack if objects is None else objects:
         namespace = namespaces.get(obj["metadata"].get("namespace"))
         if namespace is None:
             continue
@@ -262,12 +265,12 @@ def _release(inputs: dict) -> dict:
     }
 
 
-def _plain(value: Any, where: str) -> Any:
+def plain(value: Any, where: str) -> Any:
     """JSON numbers come back as floats; Kubernetes integers must stay integers."""
     if isinstance(value, dict):
-        return {k: _plain(v, where) for k, v in value.items()}
+        return {k: plain(v, where) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v, where) for v in value]
+        return [plain(v, where) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if value == UNKNOWN:

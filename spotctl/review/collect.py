@@ -20,6 +20,7 @@ import yaml
 
 from components.config.files import ProgramInputError, load_project, stack_names
 from components.config.loading import ConfigError, load_config, stack_document
+from spotctl import provider_data
 from spotctl.preview.analyzer import check_preview, read_policy_config
 from spotctl.preview.resources import PreviewResource, preview_program
 from spotctl.progress import Progress
@@ -459,24 +460,20 @@ def review_provider_data(
 ) -> None:
     """A verdict per GPU class of each stack from the spot interruption bands the team brings."""
     try:
-        data = yaml.safe_load(data_path.read_text())
-        bands, read_on = data["bands"], data["date"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise ReviewError(f"{data_path}: {exc}") from None
-    if not isinstance(read_on, date):
-        raise ReviewError(f"{data_path}: date must be a date (YYYY-MM-DD)")
-    age = _days(review.date, read_on)
+        data = provider_data.read(data_path)
+    except provider_data.ProviderDataError as exc:
+        raise ReviewError(str(exc)) from None
+    age = _days(review.date, data.date)
     if age > WARN_DAYS:
         review.flags.append(f"{data_path.name} was read {age} days ago: bring current data")
     pools = []
     for stack in stack_names:
         values = stack_values(program, stack)
         cloud, region = values.get("cloud", "aws"), values.get("region")
-        known = (data.get(cloud) or {}).get(region) or {}
         for gpu_class in values.get("gpu_classes") or []:
             types = gpu_class.get("instance_types") or gpu_class.get("machine_types") or []
-            by_type = {t: known.get(t) for t in types}
-            verdict = _pool_verdict(by_type, bands)
+            by_type = {t: getattr(data.row(cloud, region, t), "band", None) for t in types}
+            verdict = _pool_verdict(by_type, data.bands)
             pools.append(
                 {
                     "stack": stack,
@@ -489,15 +486,15 @@ def review_provider_data(
             if verdict != "keep":
                 review.flags.append(f"stack {stack}: class {gpu_class['name']}: {verdict}")
     review.sections["provider_data"] = {
-        "source": data.get("source"),
-        "date": read_on.isoformat(),
+        "source": data.source,
+        "date": data.date.isoformat(),
         "age_days": age,
-        "bands": bands,
+        "bands": list(data.bands),
         "pools": pools,
     }
 
 
-def _pool_verdict(by_type: dict[str, str | None], bands: list[str]) -> str:
+def _pool_verdict(by_type: dict[str, str | None], bands: tuple[str, ...]) -> str:
     missing = sorted(t for t, band in by_type.items() if band is None)
     if missing:
         return f"no data for {', '.join(missing)}"

@@ -1,8 +1,9 @@
-"""The CLI answers at once: `--help`, a usage error and `spotctl plan` load none of the heavy
-packages (torch, Pulumi, matplotlib, boto3) the other commands need; a bad input of `preview` is
-refused before the engine starts; the preview says what it is doing while it works; `-h` and
-`--version` work; options that take one of a few values list them in `--help` and refuse others
-in one line; a rate far outside any measured one is warned about in the unit it was read in."""
+"""The CLI answers at once: `--help`, a usage error, `spotctl plan` and a refused `spotctl job`
+load none of the heavy packages (torch, Pulumi, matplotlib, boto3) the other commands need; a bad
+input of `preview` is refused before the engine starts; the preview says what it is doing while
+it works; `-h` and `--version` work; options that take one of a few values list them in `--help`
+and refuse others in one line; a rate far outside any measured one is warned about in the unit
+it was read in."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from stack_files import REPO_ROOT
 from typer.testing import CliRunner
 
 from spotctl.cli import app
@@ -21,6 +23,7 @@ from spotctl.cli import app
 PROGRAMS = Path(__file__).parents[1] / "policies" / "programs"
 HEAVY = ("torch", "pulumi", "pulumi_aws", "matplotlib", "boto3", "numpy", "cel")
 PLAN = ["plan", "--cloud", "aws", "--state-gb", "1", "--step-s", "1", "--job-hours", "10"]
+JOB = ["job", "--stack", "dev", "--name", "run", "--state-gib", "1", "--step-s", "1"]
 
 # Runs the CLI in a fresh interpreter and prints which heavy packages it loaded.
 LOADED = """
@@ -52,8 +55,22 @@ def loaded_by(*args: str) -> list[str]:
         ["preview", "--stack", "no-such-stack"],
         ["plan", "--cloud", "azure", "--step-s", "1", "--job-hours", "1"],
         [*PLAN, "--interruption-band", "<5%"],
+        [*PLAN, "--stack", "prod", "--class", "h100-80gb", "--program", str(REPO_ROOT)],
+        ["job", "-h"],
+        [*JOB, "--image", "trainer:latest", "--", "python", "train.py"],
+        ["status", "--prometheus", "http://127.0.0.1:1", "--run", "llama"],
     ],
-    ids=["help", "plan-help", "no-such-stack", "usage-error", "plan"],
+    ids=[
+        "help",
+        "plan-help",
+        "no-such-stack",
+        "usage-error",
+        "plan",
+        "plan-stack-class",
+        "job-help",
+        "job-refusal",
+        "status",
+    ],
 )
 def test_quick_answers_load_no_heavy_package(args: list[str]) -> None:
     assert loaded_by(*args) == []

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -26,8 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
-import requests
 from json_http import JsonHandler
+from prometheus_server import backfilled_prometheus, openmetrics, series
 from rich.console import Console
 from spotsafe.local.servers import free_port
 from stack_files import REPO_ROOT, stack_values
@@ -46,11 +45,6 @@ STEP_S = 15
 RECOVERY_S = 1500.0
 
 
-def _series(name: str, labels: dict[str, str], points: list[tuple[int, float]]) -> list[str]:
-    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return [f"{name}{{{text}}} {value} {t}" for t, value in points]
-
-
 def ledger_openmetrics(t0: int) -> str:
     """Two runs around t0: vision/llama loses its pod at t0+60 after a notice (its final save
     5 s) and resumes on a new pod from t0+300; language/bert trains throughout. A pod that was
@@ -66,13 +60,13 @@ def ledger_openmetrics(t0: int) -> str:
         "bert-a": ({**bert, "pod": "bert-a"}, list(grid)),
     }
     good = [
-        *_series(
+        *series(
             "spotsafe_goodput_seconds_total", pods["llama-a"][0], [(t, t - t0 + 3600) for t in a]
         ),
-        *_series(
+        *series(
             "spotsafe_goodput_seconds_total", pods["llama-b"][0], [(t, t - t0 - 300) for t in b]
         ),
-        *_series(
+        *series(
             "spotsafe_goodput_seconds_total", pods["bert-a"][0], [(t, t - t0 + 3600) for t in grid]
         ),
     ]
@@ -85,30 +79,30 @@ def ledger_openmetrics(t0: int) -> str:
         line
         for pod, by_cause in causes.items()
         for cause, value in by_cause.items()
-        for line in _series(
+        for line in series(
             "spotsafe_badput_seconds_total",
             {**pods[pod][0], "cause": cause},
             [(t, value(t)) for t in pods[pod][1]],
         )
     ]
-    notices = _series(
+    notices = series(
         "spotsafe_termination_notices_total",
         {**pods["llama-a"][0], "source": "aws", "kind": "preemption"},
         [(t, 1) for t in a if t >= t0 + 45],
     )
     recorded = "namespace_pod_cause:spot_training_pod_badput_seconds"
     pod_badput = [
-        *_series(recorded, {**pods["llama-a"][0], "cause": "scheduling"}, [(t, 999) for t in a]),
-        *_series(recorded, {**pods["llama-b"][0], "cause": "scheduling"}, [(t, 30) for t in b]),
-        *_series(recorded, {**pods["llama-b"][0], "cause": "pod_start"}, [(t, 100) for t in b]),
+        *series(recorded, {**pods["llama-a"][0], "cause": "scheduling"}, [(t, 999) for t in a]),
+        *series(recorded, {**pods["llama-b"][0], "cause": "scheduling"}, [(t, 30) for t in b]),
+        *series(recorded, {**pods["llama-b"][0], "cause": "pod_start"}, [(t, 100) for t in b]),
     ]
     created = [
-        *_series(
+        *series(
             "kube_pod_created",
             {"namespace": "vision", "pod": "llama-a"},
             [(t, t0 - 3600) for t in a],
         ),
-        *_series(
+        *series(
             "kube_pod_created",
             {"namespace": "vision", "pod": "llama-b"},
             [(t, t0 + 150) for t in b],
@@ -121,10 +115,7 @@ def ledger_openmetrics(t0: int) -> str:
         (recorded, "gauge", pod_badput),
         ("kube_pod_created", "gauge", created),
     ]
-    lines = [
-        line for name, kind, samples in families for line in (f"# TYPE {name} {kind}", *samples)
-    ]
-    return "\n".join([*lines, "# EOF"]) + "\n"
+    return openmetrics(families)
 
 
 @pytest.fixture(scope="module")
@@ -132,38 +123,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     """A real Prometheus over the backfilled ledger; yields its URL and the drill's t0."""
     root = tmp_path_factory.mktemp("prometheus")
     t0 = int(time.time())
-    (root / "ledger.om").write_text(ledger_openmetrics(t0))
-    subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "ledger.om", "data"],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
-    (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\n")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                if requests.get(f"{url}/-/ready", timeout=1).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.1)
+    with backfilled_prometheus(root, ledger_openmetrics(t0)) as url:
         yield url, t0
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def no_wait(seconds: float) -> None:

@@ -362,7 +362,7 @@ def test_the_stack_says_how_its_nodes_get_the_image(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--cloud", "aws", "--stack", "gcp-prod"], "--stack gcp-prod is a gcp stack, not aws"),
+        (["--cloud", "aws", "--stack", "gcp-prod"], "--stack gcp-prod is on gcp, not aws"),
         (["--cloud", "aws", "--stack", "nowhere"], "--stack nowhere: no stack 'nowhere'"),
         (
             ["--cloud", "aws", "--stack", "prod", "--image", "pull"],

@@ -63,9 +63,11 @@ def test_the_planner_is_shown_where_on_call_and_users_look() -> None:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory that looks like the repository root to the commands: `.venv/bin/...`
-    resolves, and what they write stays out of the checkout."""
+    resolves, `--stack NAME` finds the project's stacks, and what they write stays out of the
+    checkout."""
     path = tmp_path_factory.mktemp("docs")
-    (path / ".venv").symlink_to(VENV)
+    for name in (".venv", "Pulumi.yaml", "stacks"):
+        (path / name).symlink_to(REPO_ROOT / name)
     return path
 
 

@@ -12,6 +12,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from pack_copy import pack_copy
 from PIL import Image
 from stack_files import stack_values
@@ -266,13 +267,35 @@ def test_alert_runbook_coverage_in_both_directions():
     assert "runbooks/training/CheckpointTooOld.md" not in review.sections["runbooks"]["unlinked"]
 
 
-def test_provider_data_gives_a_verdict_per_pool(tmp_path):
-    data = tmp_path / "provider-data.yaml"
-    data.write_text(
-        "date: 2026-06-01\nsource: test\nbands: ['<5%', '5-10%', '10-15%', '15-20%', '>20%']\n"
-        "aws:\n  us-west-2: {p5.48xlarge: '>20%', p5.4xlarge: '<5%', g6e.12xlarge: '<5%',"
-        " g6e.24xlarge: '<5%', g6e.48xlarge: '5-10%'}\n"
+def provider_table(tmp_path: Path, read_on: date, aws: dict[str, dict[str, str]]) -> Path:
+    """A provider data table read on `read_on` with the AWS bands given, per region and type."""
+    rows = {
+        region: {
+            name: {"band": band, "on_demand": 2.0, "spot": 1.0, "read": read_on, "sources": ["t"]}
+            for name, band in types.items()
+        }
+        for region, types in aws.items()
+    }
+    path = tmp_path / "provider-data.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "date": read_on,
+                "source": "test",
+                "bands": ["<5%", "5-10%", "10-15%", "15-20%", ">20%"],
+                "sources": {"t": "test"},
+                "gcp_spot_band": {"band": "10-15%", "why": "test"},
+                "aws": rows,
+            }
+        )
     )
+    return path
+
+
+def test_provider_data_gives_a_verdict_per_pool(tmp_path):
+    bands = {"p5.48xlarge": ">20%", "p5.4xlarge": "<5%", "g6e.12xlarge": "<5%",
+             "g6e.24xlarge": "<5%", "g6e.48xlarge": "5-10%"}  # fmt: skip
+    data = provider_table(tmp_path, date(2026, 6, 1), {"us-west-2": bands})
     review = Review("2026Q4", DAY)
     review_provider_data(review, data, REPO, ["dev", "prod"])
     verdicts = {
@@ -296,11 +319,7 @@ def test_the_review_reads_stacks_where_pulumi_does(tmp_path):
         "config:\n  spot-training:cloud: aws\n"
         "  spot-training:gpu_classes: [{name: h100-80gb, instance_types: [p5.48xlarge]}]\n"
     )
-    data = tmp_path / "provider-data.yaml"
-    data.write_text(
-        "date: 2026-11-01\nbands: ['<5%', '5-10%', '10-15%', '15-20%', '>20%']\n"
-        "aws:\n  us-west-2: {p5.48xlarge: '>20%'}\n"
-    )
+    data = provider_table(tmp_path, date(2026, 11, 1), {"us-west-2": {"p5.48xlarge": ">20%"}})
     review = Review("2026Q4", DAY)
     review_provider_data(review, data, tmp_path, stacks(tmp_path))
     [pool] = review.sections["provider_data"]["pools"]

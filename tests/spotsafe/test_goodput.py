@@ -82,15 +82,27 @@ def reached(uri: str) -> int:
 
 
 def attempt(
-    uri: str, env: dict[str, str], stop: signal.Signals | None, at_step: int = EVERY + 300
+    uri: str,
+    env: dict[str, str],
+    stop: signal.Signals | None,
+    at_step: int = EVERY + 300,
+    exported: list[tuple[float, float]] | None = None,
 ) -> tuple[int, dict | None]:
-    """Train; with `stop`, send it once the trainer reports `at_step`."""
+    """Train; with `stop`, send it once the trainer reports `at_step`, after adding the attempt
+    id and redo-until step it exports to `exported`."""
     port = free_port()
     args = ["--steps", str(STEPS), "--checkpoint-uri", uri, "--every-steps", str(EVERY)]
     proc = start_trainer(*args, "--metrics-port", str(port), env=env)
     if stop is None:
         return result_of(proc)[:2]
     wait_for_step(port, at_step, proc)
+    if exported is not None:
+        exported.append(
+            (
+                wait_for_step(port, 1, proc, "spotsafe_attempt"),
+                wait_for_step(port, 0, proc, "spotsafe_redo_until_step"),
+            )
+        )
     time.sleep(0.3)  # a progress record past the checkpoint
     proc.send_signal(stop)
     if stop == signal.SIGKILL:
@@ -103,15 +115,20 @@ def test_steps_trained_again_after_a_kill_are_lost_work_and_a_clean_stop_loses_n
     s3_uri: str, trainer_env: dict[str, str]
 ) -> None:
     uri = s3_uri
-    code, _ = attempt(uri, trainer_env, signal.SIGKILL)
+    exported: list[tuple[float, float]] = []
+    code, _ = attempt(uri, trainer_env, signal.SIGKILL, exported=exported)
     assert code == -signal.SIGKILL
     killed_at = reached(uri)
     assert EVERY < killed_at < STEPS
 
     # The notice, once past the steps the kill lost (however fast this machine trains): the final
     # save keeps the step reached, so the next attempt repeats nothing.
-    code, stopped = attempt(uri, trainer_env, signal.SIGTERM, at_step=killed_at + 1)
+    code, stopped = attempt(
+        uri, trainer_env, signal.SIGTERM, at_step=killed_at + 1, exported=exported
+    )
     assert code == EXIT_PREEMPTED and stopped["resumed_from"] == EVERY
+    # The second attempt exports its id and how far the first got: the steps it computes again.
+    assert exported == [(1, 0), (2, killed_at)]
     repeated = killed_at - EVERY
     assert stopped["final_step"] > killed_at, "it trained past the steps the kill lost"
     assert stopped["goodput"]["badput_s"][goodput.LOST_WORK] > 0

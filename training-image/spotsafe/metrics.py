@@ -97,6 +97,16 @@ training_step = Gauge("spotsafe_training_step", "Step the training loop last com
 resumed_from_step = Gauge(
     "spotsafe_resumed_from_step", "Step this process resumed from at start; -1 for a fresh start"
 )
+attempt = Gauge(
+    "spotsafe_attempt",
+    "The run's attempt this process trains in: its fencing id, unique and increasing in the run "
+    "(every rank of an attempt has the same)",
+)
+redo_until_step = Gauge(
+    "spotsafe_redo_until_step",
+    "Furthest step the run had reached before this attempt (its progress record): the steps "
+    "after the resume step up to this one are computed again, lost work",
+)
 
 # ---- goodput (see spotsafe.goodput) -----------------------------------------------------------
 

@@ -210,6 +210,8 @@ class Run:
         resumed = self.resumed_from or 0
         reached = goodput.reached_before(self.ckpt.store, attempt)
         self.ledger.redo_until = max(reached, resumed + (lost_at_stop or 0))
+        metrics.attempt.set(attempt)
+        metrics.redo_until_step.set(self.ledger.redo_until)
         if self.ckpt.rank == 0:
             self._recorder = goodput.ProgressRecorder(
                 self.ckpt.store,

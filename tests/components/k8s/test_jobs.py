@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import kubernetes_validate
@@ -15,6 +16,8 @@ from components.k8s.jobs import (
     TrainingJobSpec,
     multi_node_job,
     single_node_job,
+    spec_document,
+    spec_from_document,
 )
 from components.k8s.placement import class_placement
 from components.k8s.rendezvous import rendezvous_endpoint
@@ -245,3 +248,31 @@ def test_the_gce_notice_deadline_is_the_pools_grace(seconds) -> None:
     assert multi["SPOTSAFE_GCE_NOTICE_S"] == str(seconds)
     aws = {e["name"] for e in pod(single_node_job(spec()))["containers"][0]["env"]}
     assert "SPOTSAFE_GCE_NOTICE_S" not in aws
+
+
+def test_a_spec_comes_back_from_its_document_as_json_carries_it() -> None:
+    """The templates component records its spec for `spotctl job`; through the engine's JSON
+    (numbers as floats, tuples as lists) it comes back the same."""
+    gcp = spec(
+        placement=class_placement("l4-24gb", "spot", "cloud.google.com/compute-class"),
+        notice_sources=("sigterm", "gce"),
+        checkpoint_interval_s=600,
+        checkpoint_every_steps=300,
+    )
+    document = json.loads(json.dumps(spec_document(gcp)), parse_int=float)
+    back = spec_from_document(document)
+    assert back == gcp
+    # Whole numbers are integers again: a GPU count of "8.0" is no Kubernetes quantity.
+    assert json.dumps(multi_node_job(back, 2, 2)) == json.dumps(multi_node_job(gcp, 2, 2))
+
+
+def test_the_planned_interval_reaches_the_container_environment() -> None:
+    planned = single_node_job(spec(checkpoint_interval_s=600, checkpoint_every_steps=300))
+    env = {e["name"]: e.get("value") for e in pod(planned)["containers"][0]["env"]}
+    assert env["CHECKPOINT_INTERVAL_S"] == "600" and env["CHECKPOINT_EVERY_STEPS"] == "300"
+    unplanned = pod(single_node_job(spec()))["containers"][0]["env"]
+    assert [e["name"] for e in unplanned if e["name"].startswith("CHECKPOINT_")] == [
+        "CHECKPOINT_URI"
+    ]
+    with pytest.raises(ValueError, match="checkpoint_interval_s"):
+        spec(checkpoint_every_steps=-1)

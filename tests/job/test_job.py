@@ -1,0 +1,288 @@
+"""`spotctl job` writes a team's Job from its stack's own template spec, on one node or several,
+for an AWS and a GCP stack: it passes the checks of `spotctl render --validate` (schemas, the
+stack's admission policies as deployed, the nodes' device plugins), carries the team's queue,
+priority, placement, notice and checkpoint prefix, and saves at the planner's interval. Every
+refusal is one line naming its flag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from stack_files import REPO_ROOT, stack_values
+from typer.testing import CliRunner
+
+from components.config import load_config
+from components.k8s.jobs import PREEMPTED_EXIT_CODE
+from spotctl.cli import app
+from spotctl.job.interval import GB_PER_GIB, planned
+from spotctl.job.manifest import Written, problems, write_job
+from spotctl.job.request import JobError, Request, place
+from spotctl.preview.aws import ACCOUNT_ID
+from spotctl.render.manifests import Rendered, render
+
+DIGEST = "sha256:" + "0" * 64
+# The account the AWS stack is deployed in, which its preview cannot know.
+DEPLOYED_ACCOUNT = "444455556666"
+STATE_GIB, STEP_S, JOB_HOURS = 4.0, 1.5, 24.0
+COMMAND = ("python", "-m", "spotsafe.examples.train", "--steps", "1000")
+
+
+@pytest.fixture(scope="module")
+def stacks(stack_previews) -> dict:
+    """stack -> (its preview, rendered)."""
+    found = {}
+    for stack in ("dev", "gcp-dev"):
+        resources = stack_previews(stack)
+        found[stack] = (resources, render(resources))
+    return found
+
+
+def image_of(rendered: Rendered) -> str:
+    """An image in the stack's repository, as pushed to the deployed stack's registry."""
+    template = next(iter(rendered.templates.values()))[0]
+    repository = template["spec"]["template"]["spec"]["containers"][0]["image"].split("@")[0]
+    return f"{repository.replace(ACCOUNT_ID, DEPLOYED_ACCOUNT)}@{DIGEST}"
+
+
+def write(stacks: dict, stack: str, nodes: int = 1, **changes) -> tuple:
+    """(config, the Job written, the interval planned, the stack rendered)."""
+    resources, rendered = stacks[stack]
+    settings = load_config(stack_values(stack))
+    request = Request(
+        **{
+            "name": "first-run",
+            "image": image_of(rendered),
+            "command": COMMAND,
+            "nodes": nodes,
+            "bucket": "team-checkpoints",
+            **changes,
+        }
+    )
+    placed = place(settings, stack, request)
+    plan = planned(stack, REPO_ROOT, placed.gpu_class.name, nodes, STATE_GIB, STEP_S, JOB_HOURS)
+    written = write_job(settings, resources, rendered, request, placed, plan)
+    return settings, written, plan, rendered
+
+
+def env_of(job: dict) -> dict:
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+CASES = [("dev", 1), ("dev", 3), ("gcp-dev", 1), ("gcp-dev", 3)]
+
+
+@pytest.mark.parametrize(("stack", "nodes"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
+def test_the_job_passes_the_stacks_checks_and_carries_its_regime(
+    stacks: dict, stack: str, nodes: int
+) -> None:
+    settings, written, _, rendered = write(stacks, stack, nodes)
+    assert problems(rendered, written) == []
+    job, [team] = written.job, settings.teams
+    pod = job["spec"]["template"]["spec"]
+    [queue] = [
+        q
+        for q in rendered.objects
+        if q["kind"] == "LocalQueue" and q["metadata"]["namespace"] == team.namespace
+    ]
+    assert job["metadata"]["namespace"] == team.namespace
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue["metadata"]["name"]
+    assert pod["priorityClassName"] == settings.kubernetes.templates.priority_class
+    assert pod["priorityClassName"] in {
+        o["metadata"]["name"] for o in rendered.objects if o["kind"] == "PriorityClass"
+    }
+    # The class's spot flavor selects the nodes the pod selects, and the pod tolerates them.
+    [gpu_class] = settings.gpu_classes
+    [flavor] = [
+        f
+        for f in rendered.objects
+        if f["kind"] == "ResourceFlavor" and f["metadata"]["name"] == f"{gpu_class.name}-spot"
+    ]
+    assert pod["nodeSelector"].items() <= flavor["spec"]["nodeLabels"].items()
+    assert all(t in pod["tolerations"] for t in flavor["spec"].get("tolerations", []))
+    assert pod["terminationGracePeriodSeconds"] == settings.notice_window().grace_s
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert {"type": "DisruptionTarget", "status": "True"} in rules[0]["onPodConditions"]
+    assert rules[1]["onExitCodes"]["values"] == [PREEMPTED_EXIT_CODE]
+    assert all(rule["action"] == "Ignore" for rule in rules)
+    scheme = "s3" if settings.cloud == "aws" else "gs"
+    expected_uri = f"{scheme}://team-checkpoints/{team.checkpoint_prefix}/$(RUN_NAME)"
+    assert env_of(job)["CHECKPOINT_URI"] == expected_uri
+    command = pod["containers"][0]["command"]
+    assert tuple(command[-len(COMMAND) :]) == COMMAND
+    if nodes == 1:
+        assert "completions" not in job["spec"]
+    else:
+        assert job["spec"]["completions"] == job["spec"]["parallelism"] == nodes
+        assert command[0] == "spotsafe-run" and f"--nnodes={nodes}:{nodes}" in command
+
+
+def test_a_job_off_the_stacks_regime_is_found_invalid(stacks: dict) -> None:
+    """The checks bite: a grace shorter than the notice, a lost podFailurePolicy, a GPU no
+    device plugin serves and a field Kubernetes does not know each come back."""
+    _, written, _, rendered = write(stacks, "dev")
+    job = json.loads(json.dumps(written.job))
+    pod = job["spec"]["template"]["spec"]
+    pod["terminationGracePeriodSeconds"] = 30
+    del job["spec"]["podFailurePolicy"]
+    pod["containers"][0]["resources"]["limits"]["example.com/tpu"] = "1"
+    pod["containers"][0]["imagePullPolicies"] = "Always"
+    found = " ".join(problems(rendered, Written(job, written.deployed)))
+    for expected in ("terminationGracePeriodSeconds", "DisruptionTarget", "example.com/tpu"):
+        assert expected in found
+    assert "imagePullPolicies" in found
+
+
+def test_the_preview_bucket_is_read_as_the_deployed_one(stacks: dict) -> None:
+    """The stack's checkpoint-prefix policy names the preview's bucket; read as deployed it
+    names --bucket, so the Job passes, and a Job in the preview's bucket does not."""
+    _, written, _, rendered = write(stacks, "dev")
+    [(preview_bucket, bucket)] = [(k, v) for k, v in written.deployed.items() if "." not in k]
+    assert bucket == "team-checkpoints" and preview_bucket != bucket
+    text = json.dumps(written.job).replace("team-checkpoints", "elsewhere-bucket")
+    found = problems(rendered, Written(json.loads(text), written.deployed))
+    assert any("CHECKPOINT_URI" in problem for problem in found), found
+
+
+def test_one_node_of_the_template_class_is_the_teams_own_template(stacks: dict) -> None:
+    """Asked for what the team's single-node template holds, it writes that template, with the
+    planned interval for the command to save by."""
+    _, rendered = stacks["dev"]
+    [((namespace, _), [template])] = [
+        (key, docs) for key, docs in rendered.templates.items() if key[1] == "single-node.yaml"
+    ]
+    container = template["spec"]["template"]["spec"]["containers"][0]
+    bucket = env_of(template)["CHECKPOINT_URI"].split("/")[2]
+    _, written, plan, _ = write(
+        stacks,
+        "dev",
+        name=template["metadata"]["name"],
+        image=container["image"],
+        command=tuple(container["command"]),
+        bucket=bucket,
+    )
+    job = json.loads(json.dumps(written.job))
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    planned_env = [e for e in env if e["name"].startswith("CHECKPOINT_") and "URI" not in e["name"]]
+    assert planned_env == [
+        {"name": "CHECKPOINT_INTERVAL_S", "value": str(round(plan.interval_s))},
+        {"name": "CHECKPOINT_EVERY_STEPS", "value": str(plan.every_steps())},
+    ]
+    for entry in planned_env:
+        env.remove(entry)
+    assert job == template
+
+
+@pytest.mark.parametrize(("stack", "nodes"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
+def test_the_interval_is_the_planners_for_the_stack(
+    stacks: dict, stack: str, nodes: int, tmp_path: Path
+) -> None:
+    settings, written, _, _ = write(stacks, stack, nodes)
+    [gpu_class] = settings.gpu_classes  # the one class each of these stacks has
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "--stack",
+            stack,
+            "--class",
+            gpu_class.name,
+            "--program",
+            str(REPO_ROOT),
+            "--state-gb",
+            str(STATE_GIB * GB_PER_GIB),
+            "--step-s",
+            str(STEP_S),
+            "--job-hours",
+            str(JOB_HOURS),
+            "--nodes",
+            str(nodes),
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(out.read_text())
+    env = env_of(written.job)
+    assert env["CHECKPOINT_INTERVAL_S"] == str(round(plan["interval_s"]))
+    assert env["CHECKPOINT_EVERY_STEPS"] == str(plan["interval_steps"])
+
+
+def test_an_image_outside_the_stacks_repositories_is_refused(stacks: dict) -> None:
+    with pytest.raises(JobError, match=r"^--image .*not from the stack's image repositories"):
+        write(stacks, "gcp-dev", image=f"europe-west4-docker.pkg.dev/other/repo@{DIGEST}")
+
+
+def test_a_stack_that_names_its_bucket_needs_no_bucket_flag() -> None:
+    settings = load_config(stack_values("dev"))
+    storage = settings.aws.checkpoint_storage.model_copy(update={"bucket_name": "dev-ckpt"})
+    named = settings.model_copy(
+        update={"aws": settings.aws.model_copy(update={"checkpoint_storage": storage})}
+    )
+    request = Request("first-run", f"trainer@{DIGEST}", COMMAND)
+    assert place(named, "dev", request).bucket is None  # the preview's bucket is the real one
+    with pytest.raises(
+        JobError, match=r"^--bucket other: the stack's checkpoint bucket is dev-ckpt"
+    ):
+        place(named, "dev", Request("first-run", f"trainer@{DIGEST}", COMMAND, bucket="other"))
+    with pytest.raises(JobError, match=r"^--bucket is required"):
+        place(settings, "dev", request)
+
+
+BASE = ["job", "--program", str(REPO_ROOT), "--name", "first-run", "--state-gib", "4"]
+RUN = ["--step-s", "1", "--bucket", "team-checkpoints"]
+IMAGE = ["--image", f"{DEPLOYED_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/trainer@{DIGEST}"]
+DEV = ["--stack", "dev", *RUN, *IMAGE]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stack", "nope", *RUN, *IMAGE, "--", "x"], "--stack nope: "),
+        ([*DEV, "--team", "nlp", "--", "x"], "--team nlp: not a team of stack dev (teams: "),
+        ([*DEV, "--class", "h100", "--", "x"], "--class h100: not a GPU class of stack dev"),
+        (
+            ["--stack", "prod", *RUN, *IMAGE, "--team", "vision", "--class", "h100-80gb", "x"],
+            "--class h100-80gb: team vision has no quota of it (its classes: l40s-48gb)",
+        ),
+        (["--stack", "dev", *RUN, "--image", "trainer:latest", "x"], "--image 'trainer:latest'"),
+        ([*DEV, "--nodes", "6", "--", "x"], "--nodes 6: 6 GPUs (6 nodes x 1) exceed team research"),
+        ([*DEV, "--nodes", "0", "--", "x"], "--nodes must be at least 1"),
+        ([*DEV, "--gpus-per-node", "2", "--", "x"], "--gpus-per-node 2: no instance type"),
+        ([*DEV, "--state-gib", "900", "--", "x"], "--state-gib 900: a final save of each node"),
+        ([*DEV, "--step-s", "0", "--", "x"], "--step-s must be a positive number"),
+        ([*DEV, "--name", "First_Run", "--", "x"], "--name 'First_Run': not a Job name"),
+        (DEV, "--command: give the training command"),
+        ([*DEV, "--command", "x", "--", "y"], "--command: give the command once"),
+        ([*DEV, "--command", "x 'y"], '--command "x \'y": '),
+        (["--stack", "dev", "--step-s", "1", *IMAGE, "x"], "--bucket is required"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_each_refusal_is_one_line_naming_its_flag(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, [*BASE, *args])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr
+
+
+def test_the_cli_prints_the_job_or_writes_it(stacks: dict, tmp_path: Path) -> None:
+    _, written, plan, _ = write(stacks, "gcp-dev", 2)
+    image = image_of(stacks["gcp-dev"][1])
+    words = ["--stack", "gcp-dev", "--nodes", "2", "--image", image, *RUN, "--step-s", str(STEP_S)]
+    words += ["--state-gib", str(STATE_GIB), "--", *COMMAND]
+    printed = CliRunner().invoke(app, [*BASE, *words])
+    assert printed.exit_code == 0, printed.output
+    assert yaml.safe_load(printed.stdout) == written.job
+    summary = printed.stderr.splitlines()[-1]
+    assert summary.startswith("indexed Job team-vision/first-run: 2 nodes of 1 l4-24gb GPUs")
+    assert f"checkpoint every {plan.every_steps()} steps" in summary
+    out = tmp_path / "job.yaml"
+    written_out = CliRunner().invoke(app, [*BASE, "-o", str(out), *words])
+    assert written_out.exit_code == 0 and written_out.stdout == ""
+    assert yaml.safe_load(out.read_text()) == written.job
