@@ -26,6 +26,7 @@ _FACE = {
     "PreemptionGuard": "spotsafe.preemption",
     "Preempted": "spotsafe.run",
     "Run": "spotsafe.run",
+    "open_checkpointer": "spotsafe.startup",
     "DataPosition": "spotsafe.state",
     "Extras": "spotsafe.state",
     "RNGState": "spotsafe.state",

@@ -1,0 +1,88 @@
+"""A restarted pod's start-up stays short: the runtime's entry and the example trainer load no
+storage library, nor torch.distributed.checkpoint, until a checkpoint URI of theirs needs it;
+and the store opens on a thread of its own while the caller goes on (spotsafe.open_checkpointer).
+benchmarks/restart.py measures what the start-up costs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from spotsafe import Checkpointer, open_checkpointer
+from spotsafe.errors import ConfigError
+
+LATE = ("boto3", "botocore", "s3transfer", "google.cloud", "torch.distributed.checkpoint")
+"""What a restart needs only once a URI or a world size asks for it."""
+
+# Runs the code in a fresh interpreter and prints which of LATE it loaded.
+LOADED = """
+import json, sys
+{code}
+print(json.dumps(sorted(m for m in {late} if m in sys.modules)))
+"""
+
+
+def loaded_by(code: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", LOADED.format(code=code, late=LATE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import spotsafe.run",
+        "from spotsafe import Run, Checkpointer, open_checkpointer",
+        "import spotsafe.examples.train",
+    ],
+)
+def test_the_entry_loads_no_storage_library(code: str) -> None:
+    assert loaded_by(code) == []
+
+
+def _train_twice(uri: str) -> str:
+    """The example trainer, then its restart from the checkpoint, in one process."""
+    return (
+        "from spotsafe.examples.train import main\n"
+        "for steps in (10, 20):\n"
+        f"    main(['--steps', str(steps), '--every-steps', '5', '--checkpoint-uri', {uri!r}])"
+    )
+
+
+def test_a_local_restart_loads_no_storage_library(tmp_path) -> None:
+    assert loaded_by(_train_twice(f"file://{tmp_path}/run")) == []
+
+
+def test_an_s3_restart_loads_boto3_and_nothing_else_late(s3_uri: str) -> None:
+    assert loaded_by(_train_twice(s3_uri)) == ["boto3", "botocore", "s3transfer"]
+
+
+def test_the_store_opens_while_the_caller_goes_on(s3_uri: str, proxy, monkeypatch) -> None:
+    model = torch.nn.Linear(4, 4)
+    Checkpointer(s3_uri).save(3, {"model": model})
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    proxy.flowing.clear()  # the store answers nothing until the caller is done
+    opening = open_checkpointer(s3_uri, every_steps=3)
+    restored = torch.nn.Linear(4, 4)  # the caller builds its model meanwhile
+    assert not opening.done()
+    proxy.flowing.set()
+    ckpt = opening.result(timeout=60)
+    assert ckpt.attempt is not None and ckpt.config.every_steps == 3
+    assert any("attempts" in line for line in proxy.requests)  # the claim went through
+    assert ckpt.restore({"model": restored}) == 3
+    assert torch.equal(restored.weight, model.weight)
+    ckpt.close()
+
+
+def test_a_bad_option_is_raised_by_result() -> None:
+    opening = open_checkpointer("file:///tmp/run", every_step=3)
+    with pytest.raises(ConfigError, match="every_step"):
+        opening.result(timeout=60)
