@@ -1,17 +1,19 @@
-"""What a restarted pod pays before its first step, phase by phase, cold and from a warm standby.
+"""What a restarted pod pays before its first step, phase by phase: three ways in one run.
 
-    python benchmarks/restart.py --trials 3 --busy 3
+    python benchmarks/restart.py --trials 5 [--busy 3]
 
 The example trainer (spotsafe.examples.train, the drill's pods) leaves a checkpoint on the local
-S3-API server; then each trial restarts the run in a fresh process, as a pod does, and times its
-phases on the trainer's own path: the interpreter, the imports (torch, the trainer, the runtime),
-the model and optimizer (torch.optim imports torch._dynamo on its first use), the store client,
-the Checkpointer (its attempt claim), the restore (Run entered) and the first step. In the same
-trials a warm standby does the same restart: a process that imported all of that and built a
-throwaway optimizer before the pod was placed, and starts its clock when handed the job. The
-difference is what a standby would save per restart. A standby holds a node while it waits, so
-it pays only where that node's pod restarts more often than once per saved span: the last line
-(one JSON object) gives both, with each phase's median.
+S3-API server; then each trial restarts the run, as a pod does, and times its phases on the
+trainer's path: the interpreter, the imports (torch, the trainer, the runtime), the model and
+optimizer (torch.optim imports torch._dynamo on its first use), the store opened (the storage
+library, its client, the attempt claim), the restore (the Run entered) and the first step. The
+arms, interleaved trial by trial: `in-order`, a fresh process that opens the store after the
+model (the trainer before spotsafe.open_checkpointer); `overlapped`, one that opens it while the
+model is built (the trainer now); `standby`, a warm standby: a process that imported all of it
+and built a throwaway optimizer before the pod was placed, whose clock starts when it is handed
+the job. The table gives each phase's median; the last line is one JSON object with the ratio
+overlapped / in-order and the seconds a standby saves a restart. A standby holds a node while it
+waits, so it pays only where a pod restarts more often than once in those seconds.
 
 `--busy N` runs N busy-looping processes beside the trials, as the drill's host runs its training
 pods on the same cores while a pod starts.
@@ -34,12 +36,10 @@ from spotsafe.local.servers import LOCAL_AWS_ENV, s3_server
 BUCKET = "restart-bench"
 EVERY = 100
 MODES = ("in-order", "overlapped", "standby")
-"""Cold, the store opened after the model (the trainer before); cold, the store opened while the
-model is built (spotsafe.open_checkpointer, the trainer now); a warm standby, overlapped."""
 
-# A restarted pod: the trainer's start-up, step by step, with a clock read between steps. Cold,
-# its clock starts with the process (/proc, as the runtime's pod_start does); warm, the process
-# imports and warms up first and starts its clock when a line arrives on stdin.
+# A restarted pod: the trainer's start-up, step by step, with a clock read between steps. A
+# fresh process's clock starts with the process (/proc, as the runtime's pod_start does); the
+# standby's when a line arrives on its stdin.
 POD = """
 import sys, time
 mode = sys.argv[3]
@@ -60,7 +60,7 @@ import spotsafe.examples.train as trainer
 from spotsafe import Checkpointer, Run, open_checkpointer
 mark("imports")
 torch.set_num_threads(1)
-cfg = trainer.TrainConfig(int(sys.argv[1]), sys.argv[2], every_steps=%(every)d)
+cfg = trainer.TrainConfig(int(sys.argv[1]), sys.argv[2], every_steps=int(sys.argv[4]))
 if mode != "in-order":
     opening = open_checkpointer(cfg.checkpoint_uri, every_steps=cfg.every_steps)
 model, state = trainer.make_state(cfg)
@@ -79,12 +79,12 @@ next(steps, None)
 mark("first step")
 run.__exit__(None, None, None)
 print(__import__("json").dumps(marks), flush=True)
-""" % {"every": EVERY}  # noqa: UP031 - the probe's own braces stay as they are
+"""
 
 
 def restart(steps: int, uri: str, env: dict[str, str], mode: str) -> dict[str, float]:
     """One restart of the run to `steps`: cumulative seconds at the end of each phase."""
-    argv = [sys.executable, "-c", POD, str(steps), uri, mode]
+    argv = [sys.executable, "-c", POD, str(steps), uri, mode, str(EVERY)]
     with subprocess.Popen(
         argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     ) as pod:

@@ -5,9 +5,9 @@ Before its first step a restarted pod imports the framework, builds its model an
 storage library, its client, the claim of this attempt. The store's part needs none of the
 model, so it runs on a thread of its own meanwhile:
 
-    soon = spotsafe.open_checkpointer(uri, every_steps=100)
+    opening = spotsafe.open_checkpointer(uri, every_steps=100)
     model, optim = build()  # the store opens meanwhile
-    with spotsafe.Run(soon.result(), state) as run:
+    with spotsafe.Run(opening.result(), state) as run:
         ...
 
 The Checkpointer is the one ``Checkpointer(uri, **options)`` builds, with the same checks: an
