@@ -1,19 +1,22 @@
 """A restarted pod's start-up stays short: the runtime's entry and the example trainer load no
 storage library, nor torch.distributed.checkpoint, until a checkpoint URI of theirs needs it;
 and the store opens on a thread of its own while the caller goes on (spotsafe.open_checkpointer).
-benchmarks/restart.py measures what the start-up costs."""
+benchmarks/restart.py, which measures what the start-up costs, runs a trial of each arm here."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from spotsafe import Checkpointer, open_checkpointer
 from spotsafe.errors import ConfigError
+from spotsafe_harness import benchmark_summary
 
+RESTART = Path(__file__).parents[2] / "benchmarks" / "restart.py"
 LATE = ("boto3", "botocore", "s3transfer", "google.cloud", "torch.distributed.checkpoint")
 """What a restart needs only once a URI or a world size asks for it."""
 
@@ -86,3 +89,14 @@ def test_a_bad_option_is_raised_by_result() -> None:
     opening = open_checkpointer("file:///tmp/run", every_step=3)
     with pytest.raises(ConfigError, match="every_step"):
         opening.result(timeout=60)
+
+
+def test_the_restart_benchmark_splits_every_arm_into_the_pods_phases() -> None:
+    summary = benchmark_summary(RESTART, trials=1, timeout=600)
+    phases = ["interpreter", "imports", "model and optimizer", "store opened", "restore"]
+    phases.append("first step")
+    split = summary["phases_s"]
+    assert list(split["in-order"]) == list(split["overlapped"]) == phases
+    assert list(split["standby"]) == phases[1:]  # it was started before the pod was placed
+    for mode, seconds in summary["to_first_step_s"].items():
+        assert seconds == pytest.approx(sum(split[mode].values()))
