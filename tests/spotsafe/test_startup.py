@@ -1,6 +1,5 @@
 """A restarted pod's start-up stays short: the runtime's entry and the example trainer load no
-storage library, nor torch.distributed.checkpoint, until a checkpoint URI of theirs needs it;
-and the store opens on a thread of its own while the caller goes on (spotsafe.open_checkpointer).
+storage library, nor torch.distributed.checkpoint, until a checkpoint URI of theirs needs it.
 benchmarks/restart.py, which measures what the start-up costs, runs a trial of each arm here."""
 
 from __future__ import annotations
@@ -11,9 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from spotsafe import Checkpointer, open_checkpointer
-from spotsafe.errors import ConfigError
 from spotsafe_harness import benchmark_summary
 
 RESTART = Path(__file__).parents[2] / "benchmarks" / "restart.py"
@@ -43,7 +39,7 @@ def loaded_by(code: str) -> list[str]:
     "code",
     [
         "import spotsafe.run",
-        "from spotsafe import Run, Checkpointer, open_checkpointer",
+        "from spotsafe import Run, Checkpointer",
         "import spotsafe.examples.train",
     ],
 )
@@ -66,29 +62,6 @@ def test_a_local_restart_loads_no_storage_library(tmp_path) -> None:
 
 def test_an_s3_restart_loads_boto3_and_nothing_else_late(s3_uri: str) -> None:
     assert loaded_by(_train_twice(s3_uri)) == ["boto3", "botocore", "s3transfer"]
-
-
-def test_the_store_opens_while_the_caller_goes_on(s3_uri: str, proxy, monkeypatch) -> None:
-    model = torch.nn.Linear(4, 4)
-    Checkpointer(s3_uri).save(3, {"model": model})
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    proxy.flowing.clear()  # the store answers nothing until the caller is done
-    opening = open_checkpointer(s3_uri, every_steps=3)
-    restored = torch.nn.Linear(4, 4)  # the caller builds its model meanwhile
-    assert not opening.done()
-    proxy.flowing.set()
-    ckpt = opening.result(timeout=60)
-    assert ckpt.attempt is not None and ckpt.config.every_steps == 3
-    assert any("attempts" in line for line in proxy.requests)  # the claim went through
-    assert ckpt.restore({"model": restored}) == 3
-    assert torch.equal(restored.weight, model.weight)
-    ckpt.close()
-
-
-def test_a_bad_option_is_raised_by_result() -> None:
-    opening = open_checkpointer("file:///tmp/run", every_step=3)
-    with pytest.raises(ConfigError, match="every_step"):
-        opening.result(timeout=60)
 
 
 def test_the_restart_benchmark_splits_every_arm_into_the_pods_phases() -> None:

@@ -26,7 +26,6 @@ _FACE = {
     "PreemptionGuard": "spotsafe.preemption",
     "Preempted": "spotsafe.run",
     "Run": "spotsafe.run",
-    "open_checkpointer": "spotsafe.startup",
     "DataPosition": "spotsafe.state",
     "Extras": "spotsafe.state",
     "RNGState": "spotsafe.state",

@@ -34,15 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from spotsafe import (
-    Checkpointer,
-    DataPosition,
-    Extras,
-    Preempted,
-    Run,
-    exit_on_error,
-    open_checkpointer,
-)
+from spotsafe import Checkpointer, DataPosition, Extras, Preempted, Run, exit_on_error
 from spotsafe.preemption import EXIT_PREEMPTED
 
 # (input width, hidden width, hidden layers, batch size). medium carries ~107 MB of model plus
@@ -154,10 +146,8 @@ def run(cfg: TrainConfig, checkpointer: Checkpointer | None = None) -> dict[str,
     if cfg.device.startswith("cuda"):  # bitwise-reproducible CUDA kernels, cuBLAS included
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
-    if checkpointer is None:  # its store opens (client, attempt claim) while the model is built
-        opening = open_checkpointer(cfg.checkpoint_uri, every_steps=cfg.every_steps)
     model, state = make_state(cfg)
-    ckpt = checkpointer or opening.result()
+    ckpt = checkpointer or Checkpointer(cfg.checkpoint_uri, every_steps=cfg.every_steps)
     final: dict[str, Any] = {}
     try:
         with Run(ckpt, state) as training:
