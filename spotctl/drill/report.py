@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from spotsafe.goodput import POD_START
+
 from spotctl.drill import accounting, projection, validation
 from spotctl.drill.cluster import ON_DEMAND, SPOT
 from spotctl.drill.config import DrillConfig
@@ -15,6 +17,8 @@ from spotctl.drill.harness import TICK_S, Outcome
 GOAL_NOTICE_TO_DURABLE_S = 15.0  # GKE gives user pods 15 s
 GOAL_NOTICE_TO_RESUME_S = 30.0
 GOAL_GOODPUT_VS_BASELINE = 2.0
+GOAL_POD_START_SHARE = 0.10  # of paid node time: a restart's start-up, not a third of the bill
+GOAL_RECOVERY_S_MEAN = 4.0  # interruption to training again, at the drill's scale
 # The measures the two arms are compared by: key, label, the chart's label, format.
 COMPARED = (
     ("goodput", "goodput of paid node time", "goodput", "{:.1%}"),
@@ -149,6 +153,7 @@ def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | Non
         key: {"platform": platform[key], "baseline": base.get(key)} for key, *_ in COMPARED
     }
     base_goodput = base.get("goodput")
+    pod_start_s = report["goodput"]["badput_s"][POD_START]
     report["goals"] = {
         "noticed_lost_steps": sum(i["lost_steps"] or 0 for i in noticed),
         "max_notice_to_durable_s": _max(i["notice_to_durable_s"] for i in noticed),
@@ -165,6 +170,9 @@ def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | Non
         ),
         "goodput": platform["goodput"],
         "badput_share": 1 - platform["goodput"],
+        "pod_start_share": _share(pod_start_s, report["goodput"]["paid_s"]),
+        "pod_start_s_per_pod": pod_start_s / len(outcome.runs) if outcome.runs else None,
+        "recovery_s_mean": platform["recovery_s_mean"],
         "goodput_vs_baseline": platform["goodput"] / base_goodput if base_goodput else None,
         "manual_interventions": platform["manual_interventions"],
         "baseline_manual_interventions": report["comparison"]["manual_interventions"]["baseline"],
@@ -256,6 +264,18 @@ def tables(report: dict):
         ("max notice → durable (s)", g["max_notice_to_durable_s"], GOAL_NOTICE_TO_DURABLE_S, "<="),
         ("max notice → resume (s)", g["max_notice_to_resume_s"], GOAL_NOTICE_TO_RESUME_S, "<="),
         ("jobs finished with no intervention", g["finished_without_intervention"], 1, "=="),
+        (
+            f"pod start, share of paid time ({_shown(g['pod_start_s_per_pod'])} s a pod)",
+            g["pod_start_share"],
+            GOAL_POD_START_SHARE,
+            "<=",
+        ),
+        (
+            "recovery, interruption → training, mean (s)",
+            g["recovery_s_mean"],
+            GOAL_RECOVERY_S_MEAN,
+            "<=",
+        ),
         (
             f"manual interventions (baseline: {_shown(g['baseline_manual_interventions'])})",
             g["manual_interventions"],

@@ -276,6 +276,15 @@ def test_the_arms_are_compared_on_the_measures_of_the_seeds_table(report: dict) 
     assert compared["recovery_s_max"]["baseline"] > MANUAL_DELAY_S
 
 
+def test_the_goals_weigh_pod_start_and_recovery(report: dict) -> None:
+    goals, goodput = report["goals"], report["goodput"]
+    pod_start = goodput["badput_s"]["pod_start"]
+    assert goals["pod_start_share"] == pytest.approx(pod_start / goodput["paid_s"])
+    pods = sum(j["restarts"] + 1 for j in report["jobs"])
+    assert goals["pod_start_s_per_pod"] == pytest.approx(pod_start / pods)
+    assert goals["recovery_s_mean"] == report["comparison"]["recovery_s_mean"]["platform"] > 0
+
+
 def test_a_notice_due_with_no_job_training_strikes_none_and_a_hard_kill_waits(
     tmp_path: Path,
 ) -> None:
