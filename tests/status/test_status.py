@@ -52,7 +52,9 @@ SETTINGS = load_config(stack_values("prod"))
 GPU_CLASS = SETTINGS.gpu_classes[0].name
 PRICES = SETTINGS.kubernetes.monitoring.prices_of(GPU_CLASS)
 NAMESPACE, RUN = "vision", "llama"
-STEPS, EVERY = 5000, 500
+# Long enough that each attempt trains over several scrapes on an idle machine (the small model
+# trains about 1,500 steps a second there).
+STEPS, EVERY = 20000, 2000
 NODES = {"spot-1": "spot", "spot-2": "spot", "od-1": "on-demand"}
 SCRAPE_S = 1.0
 
@@ -221,6 +223,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         wait_for(
             lambda: step_of(port) >= 2 * EVERY + EVERY // 2, "llama-1 trains past 2 checkpoints"
         )
+        wait_for(lambda: scraped(url, "llama-1"), "Prometheus scrapes llama-1")
         proc.send_signal(signal.SIGTERM)
         first = finished(proc, "llama-1", "spot-1")
         assert proc.returncode == EXIT_PREEMPTED
@@ -231,6 +234,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         kill_at = (first.reached // EVERY + 3) * EVERY + EVERY // 2
         wait_for(lambda: step_of(port) >= kill_at, "llama-2 trains")
         wait_for(lambda: pods.progress() >= kill_at, "progress recorded")
+        wait_for(lambda: scraped(url, "llama-2"), "Prometheus scrapes llama-2")
         families = metrics_of(port)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
@@ -254,6 +258,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         time.sleep(2 * SCRAPE_S)  # the scrape that finds llama-3 gone marks its series stale
         yield Recorded(url, [first, second, third], redo_until, training)
     kube.shutdown()
+
+
+def scraped(url: str, pod: str) -> bool:
+    """Whether Prometheus has read the pod's ledger at least once: a fast attempt can end before
+    the file discovery and the next scrape find it."""
+    answer = requests.get(
+        f"{url}/api/v1/query",
+        params={"query": f'spotsafe_goodput_seconds_total{{pod="{pod}"}}'},
+        timeout=10,
+    ).json()
+    return bool(answer["data"]["result"])
 
 
 def last_scrape(url: str, pod: str) -> float:
