@@ -25,6 +25,7 @@ GOALS = {
     "blocked_s": ("memcpy_s", 1.5),
 }
 SHARDED_BLOCKED_GOAL = 2.0  # x the per-rank memcpy
+SHARDED_SAVE_GOAL = 1.1  # x plain uploads of the same shard files
 MAX_STEP_OVERHEAD_PCT = 1.0  # with a save every 60 s
 PEAK_GOAL = 1.5  # x the state
 FULL = {"sweep_mb": [100, 500, 2000], "sharded_mb": 200, "size": "medium"}
@@ -107,10 +108,14 @@ def report(figures: dict[str, Any]) -> list[str]:
             f"{ratio:.2f} (goal <= {SHARDED_BLOCKED_GOAL})  "
             f"{_verdict(ratio <= SHARDED_BLOCKED_GOAL)}"
         )
+    ratio = sh["save_s"] / sh["baseline_upload_s"]
+    lo, hi = sh["ratio_spread"]["save_s"]
     lines.append(
         f"sharded ({sh['ranks']} ranks, {sh['state_bytes'] / MB:.0f} MB): save_s "
         f"{sh['save_s']:.4f} s {sh['spread']['save_s']}, plain parallel uploads "
-        f"{sh['baseline_upload_s']:.4f} s {sh['spread']['baseline_upload_s']}"
+        f"{sh['baseline_upload_s']:.4f} s {sh['spread']['baseline_upload_s']}   ratio "
+        f"{ratio:5.2f} [{lo:.2f}-{hi:.2f}] (goal <= {SHARDED_SAVE_GOAL})  "
+        f"{_verdict(ratio <= SHARDED_SAVE_GOAL)}"
     )
     state = figures["sweep"][0]["state_bytes"]
     ours, base = figures["peak_extra_bytes"], figures["baseline_peak_extra_bytes"]
