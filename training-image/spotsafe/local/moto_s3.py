@@ -13,12 +13,12 @@ is carried over the parts as moto joins them, with google_crc32c: the right valu
 
 from __future__ import annotations
 
+import base64
 import sys
 
+import google_crc32c
 from moto.s3 import models
 from moto.server import main
-
-from spotsafe import checksum
 
 
 class _FullObjectCRC32C(models.MultipartChecksumBuilder):
@@ -32,13 +32,13 @@ class _FullObjectCRC32C(models.MultipartChecksumBuilder):
     def addPart(self, part: bytes) -> None:  # noqa: N802 - moto's name
         if not self._carried:
             return super().addPart(part)
-        self._crc = checksum.extend(self._crc, part)
+        self._crc = google_crc32c.extend(self._crc, part)
         self.part_count += 1
 
     def build(self) -> tuple[str, str, int] | None:
         if not self._carried:
             return super().build()
-        return self.checksum_type, checksum.encode(self._crc), 1
+        return self.checksum_type, base64.b64encode(self._crc.to_bytes(4, "big")).decode(), 1
 
 
 models.MultipartChecksumBuilder = _FullObjectCRC32C
