@@ -36,13 +36,17 @@ def test_bench_prints_every_figure_with_its_baseline() -> None:
             if field != "state_bytes":
                 low, high = entry["spread"][field]
                 assert low <= entry[field] <= high, field
-    assert set(figures["slopes_s_per_gb"]) == set(SWEEP_FIELDS) - {"state_bytes"}
+    assert figures["local_sweep"] == []  # small states: all on S3
+    assert set(figures["slopes_s_per_gb"]) == {"s3"}
+    assert set(figures["slopes_s_per_gb"]["s3"]) == set(SWEEP_FIELDS) - {"state_bytes"}
 
     sharded = figures["sharded"]
     assert sharded["ranks"] == 2
     assert len(sharded["blocked_s"]) == len(sharded["memcpy_s"]) == 2
     assert min(sharded["blocked_s"] + sharded["memcpy_s"]) > 0
     assert sharded["save_s"] > 0 and sharded["baseline_upload_s"] > 0
+    low, high = sharded["ratio_spread"]["save_s"]
+    assert 0 < low <= high
 
     # A save holds its staging copy (the state) plus a bounded number of parts; the baseline
     # holds a full serialised copy besides.
@@ -51,4 +55,5 @@ def test_bench_prints_every_figure_with_its_baseline() -> None:
 
     assert any(line.lstrip().startswith("save_s") and "baseline_upload_s" in line for line in lines)
     assert any(line.startswith("sharded rank 1: blocked_s") for line in lines)
+    assert any(line.startswith("sharded (2 ranks") and "(goal <= 1.1)" in line for line in lines)
     assert any(line.startswith("peak extra memory") for line in lines)

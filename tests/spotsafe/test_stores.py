@@ -92,6 +92,17 @@ def test_put_reports_the_size_and_crc32c_it_stored(uri: str) -> None:
     assert store.get("step-1/empty.bin") == b""
 
 
+def test_s3_keeps_the_full_object_crc32c_of_a_multipart_object(s3_uri: str) -> None:
+    """The checksum S3 validated and keeps for the whole object is the one a manifest records
+    (the local server carries it over the parts, as S3 does)."""
+    written = open_store(s3_uri).put("step-1/big.bin", BIG)
+    bucket, prefix = urlparse(s3_uri).netloc, urlparse(s3_uri).path.strip("/")
+    head = boto3.client("s3").head_object(
+        Bucket=bucket, Key=f"{prefix}/step-1/big.bin", ChecksumMode="ENABLED"
+    )
+    assert (head["ChecksumCRC32C"], head["ChecksumType"]) == (written.crc32c, "FULL_OBJECT")
+
+
 def test_a_write_that_fails_midway_stores_nothing(uri: str) -> None:
     store = open_store(uri)
     with pytest.raises(RuntimeError, match="serialiser failed"), store.writer("step-1/x") as out:

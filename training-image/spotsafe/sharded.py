@@ -3,13 +3,14 @@
 A save blocks training only while every rank copies its shard into host staging buffers (DCP's
 ``DefaultStager``, buffers reused from save to save, pinned when CUDA is present): one staged
 copy of the rank's shard per save in flight. The rest runs on the Checkpointer's save thread,
-on a process group of its own so it never meets the training's collectives: DCP writes the
-staged shard with ``FileSystemWriter`` on local disk (the fast tier), each file is streamed to
-``step-<N>/attempt-<A>/`` with its CRC32C, and every rank reports its objects (or its failure)
-to rank 0. That report is a collective, so once rank 0 has every rank's list, every shard is
-durable; only then does rank 0 commit the manifest, create-only and fenced, and tell every rank
-the outcome. Resume downloads and verifies every object, then lets DCP reshard them onto
-whatever world size is loading (one process included).
+on a process group of its own so it never meets the training's collectives: DCP serialises
+the staged shard straight into its objects under ``step-<N>/attempt-<A>/`` (see
+spotsafe.storage.dcp_files: parts upload while later ones fill, each object's CRC32C carried on
+as the bytes pass, no local copy written and read back), and every rank reports its objects (or
+its failure) to rank 0. That report is a collective, so once rank 0 has every rank's list,
+every shard is durable; only then does rank 0 commit the manifest, create-only and fenced, and
+tell every rank the outcome. Resume downloads and verifies every object, then lets DCP reshard
+them onto whatever world size is loading (one process included).
 
 Every rank calls save() at the same step (use ``every_steps``; the step-boundary agreement in
 spotsafe.agreement is where a stop step is agreed); a save waits for a free in-flight slot on
@@ -103,20 +104,20 @@ class ShardedSaves:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
 
+        from spotsafe.storage.dcp_files import ObjectFiles, ObjectWriter
+
         ckpt = self.ckpt
         entries: list[ObjectEntry] = []
         problem = None
         try:
-            with tempfile.TemporaryDirectory(prefix=f"spotsafe-step-{step}-") as local:
-                try:
-                    writer = dcp.FileSystemWriter(local, sync_files=False)  # uploaded, then gone
-                    dcp.save(staged, storage_writer=writer, process_group=self.group)
-                finally:
-                    self._give_back(stager)  # written out: the next save may stage into it
-                prefix = f"attempt-{ckpt.attempt}/"
-                for path in sorted(p for p in Path(local).iterdir() if p.is_file()):
-                    written = ckpt.store.put_file(step_prefix(step) + prefix + path.name, path)
-                    entries.append(ObjectEntry(prefix + path.name, written.size, written.crc32c))
+            prefix = f"attempt-{ckpt.attempt}/"
+            files = ObjectFiles(ckpt.store, step_prefix(step) + prefix, state_mod.nbytes(staged))
+            try:
+                dcp.save(staged, storage_writer=ObjectWriter(files), process_group=self.group)
+            finally:
+                self._give_back(stager)  # written out: the next save may stage into it
+            entries = [ObjectEntry(prefix + name, written.size, written.crc32c)
+                       for name, written in sorted(files.store_kept().items())]  # fmt: skip
         except Exception as e:  # noqa: BLE001 - every rank must learn of it, then raise
             problem = f"rank {ckpt.rank}: {type(e).__name__}: {e}"
         gathered: list | None = [None] * ckpt.world_size if ckpt.rank == 0 else None

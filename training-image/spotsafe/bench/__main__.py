@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -25,9 +27,13 @@ GOALS = {
     "blocked_s": ("memcpy_s", 1.5),
 }
 SHARDED_BLOCKED_GOAL = 2.0  # x the per-rank memcpy
+SHARDED_SAVE_GOAL = 1.1  # x plain uploads of the same shard files
 MAX_STEP_OVERHEAD_PCT = 1.0  # with a save every 60 s
 PEAK_GOAL = 1.5  # x the state
 FULL = {"sweep_mb": [100, 500, 2000], "sharded_mb": 200, "size": "medium"}
+LOCAL_FROM_MB = 500  # sweep entries this large run on the local filesystem store (see the doc)
+STORES = {"s3": "S3 (moto)", "file": "the local filesystem store"}
+SLOPED = ("save_s", "baseline_upload_s", "restore_s", "baseline_restore_s", "blocked_s", "memcpy_s")
 FAST = {"sweep_mb": [13, 26], "sharded_mb": 8, "size": "small"}
 
 
@@ -38,18 +44,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
     torch.set_num_threads(1)
     boto3.client("s3").create_bucket(Bucket=saves.BUCKET)
-    sweep = []
-    for mb in plan["sweep_mb"]:
-        state = saves.mlp_state(mb * MB, args.device)
-        sweep.append(saves.measure(state, f"sweep-{mb}mb", args.repeats))
-        del state
-        print(f"measured {sweep[-1]['state_bytes'] / MB:.0f} MB", file=sys.stderr, flush=True)
+    stores: dict[str, list[dict[str, Any]]] = {"s3": [], "file": []}
+    with tempfile.TemporaryDirectory(prefix="spotsafe-bench-") as root:
+        for mb in plan["sweep_mb"]:
+            state = saves.mlp_state(mb * MB, args.device)
+            name = f"sweep-{mb}mb"
+            plain = saves.PlainS3(name) if mb < LOCAL_FROM_MB else saves.PlainFile(Path(root), name)
+            entry = saves.measure(state, plain, args.repeats)
+            stores[entry["store"]].append(entry)
+            del state
+            print(f"measured {entry['state_bytes'] / MB:.0f} MB", file=sys.stderr, flush=True)
+    sweep = stores["s3"]
     peaks = {kind: memory.peak_extra_bytes(kind, plan["sweep_mb"][0] * MB)["peak_extra_bytes"]
              for kind in ("ours", "baseline")}  # fmt: skip
     cost = saves.save_cost(plan["size"], args.rounds, args.device)
     first = sweep[0]
     return {
-        **{k: v for k, v in first.items() if k not in ("spread", "ratio_spread")},
+        **{k: v for k, v in first.items() if k not in ("spread", "ratio_spread", "store")},
         "step_overhead_pct": round(100 * cost["save_cost_s"] / args.save_every_s, 2),
         "step_overhead_pct_60s": round(100 * cost["save_cost_s"] / 60, 2),
         "save_cost_s": round(cost["save_cost_s"], 3),
@@ -58,17 +69,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "peak_extra_bytes": peaks["ours"],
         "baseline_peak_extra_bytes": peaks["baseline"],
         "sweep": sweep,
+        "local_sweep": stores["file"],
         "slopes_s_per_gb": {
-            key: round(slope([e["state_bytes"] / 1e9 for e in sweep], [e[key] for e in sweep]), 3)
-            for key in (
-                "save_s",
-                "baseline_upload_s",
-                "restore_s",
-                "baseline_restore_s",
-                "blocked_s",
-                "memcpy_s",
-            )
-        },  # fmt: skip
+            store: {
+                key: round(
+                    slope([e["state_bytes"] / 1e9 for e in entries], [e[key] for e in entries]), 3
+                )
+                for key in SLOPED
+            }
+            for store, entries in stores.items()
+            if len(entries) > 1
+        },
         "sharded": sharded.measure(plan["sharded_mb"] * MB, args.repeats),
     }
 
@@ -77,6 +88,10 @@ def _sizes(text: str) -> list[int]:
     sizes = [int(mb) for mb in text.split(",")]
     if len(sizes) < 2 or min(sizes) < 1:
         raise argparse.ArgumentTypeError("two or more sizes in MB, e.g. 100,500")
+    if min(sizes) >= LOCAL_FROM_MB:
+        raise argparse.ArgumentTypeError(
+            f"one size or more under {LOCAL_FROM_MB} MB, measured on S3"
+        )
     return sizes
 
 
@@ -86,8 +101,8 @@ def _verdict(ok: bool) -> str:
 
 def report(figures: dict[str, Any]) -> list[str]:
     lines = []
-    for entry in figures["sweep"]:
-        lines.append(f"state {entry['state_bytes'] / MB:.0f} MB:")
+    for entry in figures["sweep"] + figures["local_sweep"]:
+        lines.append(f"state {entry['state_bytes'] / MB:.0f} MB on {STORES[entry['store']]}:")
         for ours, (base, goal) in GOALS.items():
             ratio = entry[ours] / entry[base]
             lo, hi = entry["ratio_spread"][ours]
@@ -97,8 +112,9 @@ def report(figures: dict[str, Any]) -> list[str]:
                 f"{entry[base]:8.4f} s {entry['spread'][base]}   ratio {ratio:5.2f} "
                 f"[{lo:.2f}-{hi:.2f}] (goal <= {goal})  {_verdict(ratio <= goal)}{noisy}"
             )
-    lines.append("growth with state size (s per GB): " + ", ".join(
-        f"{k} {v}" for k, v in figures["slopes_s_per_gb"].items()))  # fmt: skip
+    for store, slopes in figures["slopes_s_per_gb"].items():
+        lines.append(f"growth with state size on {STORES[store]} (s per GB): " + ", ".join(
+            f"{k} {v}" for k, v in slopes.items()))  # fmt: skip
     sh = figures["sharded"]
     for rank, (blocked, copy) in enumerate(zip(sh["blocked_s"], sh["memcpy_s"], strict=True)):
         ratio = blocked / copy
@@ -107,10 +123,14 @@ def report(figures: dict[str, Any]) -> list[str]:
             f"{ratio:.2f} (goal <= {SHARDED_BLOCKED_GOAL})  "
             f"{_verdict(ratio <= SHARDED_BLOCKED_GOAL)}"
         )
+    ratio = sh["save_s"] / sh["baseline_upload_s"]
+    lo, hi = sh["ratio_spread"]["save_s"]
     lines.append(
         f"sharded ({sh['ranks']} ranks, {sh['state_bytes'] / MB:.0f} MB): save_s "
         f"{sh['save_s']:.4f} s {sh['spread']['save_s']}, plain parallel uploads "
-        f"{sh['baseline_upload_s']:.4f} s {sh['spread']['baseline_upload_s']}"
+        f"{sh['baseline_upload_s']:.4f} s {sh['spread']['baseline_upload_s']}   ratio "
+        f"{ratio:5.2f} [{lo:.2f}-{hi:.2f}] (goal <= {SHARDED_SAVE_GOAL})  "
+        f"{_verdict(ratio <= SHARDED_SAVE_GOAL)}"
     )
     state = figures["sweep"][0]["state_bytes"]
     ours, base = figures["peak_extra_bytes"], figures["baseline_peak_extra_bytes"]

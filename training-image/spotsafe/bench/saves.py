@@ -4,7 +4,9 @@ time a save costs."""
 from __future__ import annotations
 
 import io
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -13,6 +15,7 @@ from torch import nn
 
 from spotsafe import Checkpointer, Extras, RNGState
 from spotsafe.bench.stats import interleaved, median, ratios, spread, timed
+from spotsafe.checkpointer import STATE_OBJECT
 from spotsafe.examples.train import TrainConfig, make_state, train_step
 from spotsafe.state import snapshot
 
@@ -73,12 +76,50 @@ def plain_upload(s3: Any, state: dict[str, Any], key: str) -> None:
     s3.upload_fileobj(buffer, BUCKET, key)
 
 
-def measure(state: dict[str, Any], name: str, repeats: int) -> dict[str, Any]:
-    """One sweep entry: every figure beside its baseline, medians with their spread."""
-    s3 = boto3.client("s3")
-    uri = f"s3://{BUCKET}/{name}"
+class PlainS3:
+    """The baselines on S3: plain_upload, and boto3's download_fileobj plus torch.load."""
+
+    def __init__(self, name: str) -> None:
+        self.uri = f"s3://{BUCKET}/{name}"
+        self.key = f"{name}-baseline/state.pt"
+        self.s3 = boto3.client("s3")
+
+    def save(self, state: dict[str, Any]) -> None:
+        plain_upload(self.s3, state, self.key)
+
+    def restore(self) -> None:
+        buffer = io.BytesIO()
+        self.s3.download_fileobj(BUCKET, self.key, buffer)
+        buffer.seek(0)
+        torch.load(buffer, map_location="cpu", weights_only=True)
+
+
+class PlainFile:
+    """The baselines on the local filesystem store under root: torch.save of a snapshot into
+    memory, then one write of it, synced to the disk as the store syncs its objects; a read of
+    the file plus torch.load."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.uri = (root / name).as_uri()
+        self.path = root / f"{name}-baseline.pt"
+
+    def save(self, state: dict[str, Any]) -> None:
+        buffer = io.BytesIO()
+        torch.save(snapshot(state), buffer)
+        with open(self.path, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+
+    def restore(self) -> None:
+        torch.load(io.BytesIO(self.path.read_bytes()), map_location="cpu", weights_only=True)
+
+
+def measure(state: dict[str, Any], plain: PlainS3 | PlainFile, repeats: int) -> dict[str, Any]:
+    """One sweep entry, on plain's store: every figure beside its baseline, medians with their
+    spread."""
     copies = memcpy_s(live_tensors(state), repeats)
-    ckpt = Checkpointer(uri, keep_last=2)
+    ckpt = Checkpointer(plain.uri, keep_last=2)
     ckpt.save(0, state)  # warm-up: allocates the staging buffers a steady state reuses
     ckpt.wait()
     blocked: list[float] = []
@@ -90,21 +131,15 @@ def measure(state: dict[str, Any], name: str, repeats: int) -> dict[str, Any]:
         blocked.append(timed(lambda: ckpt.save(step, state)))
         ckpt.wait()
 
-    saves, uploads = interleaved(
-        repeats, ours_save, lambda: plain_upload(s3, state, f"{name}-baseline/state.pt")
+    saves, uploads = interleaved(repeats, ours_save, lambda: plain.save(state))
+    state_bytes = next(
+        o.size for o in ckpt.store.list(f"step-{step}/") if o.key.endswith(STATE_OBJECT)
     )
-    state_bytes = ckpt.store.list(f"step-{step}/")[0].size
 
     def ours_restore() -> None:
-        assert Checkpointer(uri, read_only=True).restore(state) == step
+        assert Checkpointer(plain.uri, read_only=True).restore(state) == step
 
-    def base_restore() -> None:
-        buffer = io.BytesIO()
-        s3.download_fileobj(BUCKET, f"{name}-baseline/state.pt", buffer)
-        buffer.seek(0)
-        torch.load(buffer, map_location="cpu", weights_only=True)
-
-    restores, downloads = interleaved(repeats, ours_restore, base_restore)
+    restores, downloads = interleaved(repeats, ours_restore, plain.restore)
     ckpt.close()
     runs = {
         "save_s": saves,
@@ -116,6 +151,7 @@ def measure(state: dict[str, Any], name: str, repeats: int) -> dict[str, Any]:
     }
     return {
         "state_bytes": state_bytes,
+        "store": plain.uri.split(":")[0],
         **{key: round(median(values), 4) for key, values in runs.items()},
         "spread": {key: spread(values) for key, values in runs.items()},
         "ratio_spread": {

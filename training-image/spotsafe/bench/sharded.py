@@ -1,5 +1,5 @@
 """The 2-rank sharded figure: per-rank blocking time beside a per-rank memcpy, and the save
-beside plain boto3 uploads of the same shard files from both ranks at once.
+beside plain boto3 uploads of the same shard files from both ranks at once, the two in turns.
 
     python -m spotsafe.bench.sharded STATE_BYTES REPEATS     (as one rank; see measure())
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spotsafe.bench.saves import BUCKET, WIDTH
-from spotsafe.bench.stats import median, spread, timed
+from spotsafe.bench.stats import median, ratios, spread, timed
 from spotsafe.local.servers import free_port
 
 RANKS = 2
@@ -65,20 +65,11 @@ def rank_main(state_bytes: int, repeats: int) -> None:
     state = {"model": Extras(weights)}
     copies = memcpy_s(local, repeats)
 
+    s3 = boto3.client("s3")
     ckpt = Checkpointer(f"s3://{BUCKET}/sharded", keep_last=2)
     ckpt.save(0, state)  # warm-up: the stager's buffers
     ckpt.wait()
-    blocked, saves = [], []
-    for step in range(1, repeats + 1):
-        dist.barrier()
-        started = time.perf_counter()
-        blocked.append(timed(lambda: ckpt.save(step, state)))  # noqa: B023 - called at once
-        ckpt.wait()
-        saves.append(time.perf_counter() - started)
-    ckpt.close()
-
-    s3 = boto3.client("s3")
-    uploads = []
+    blocked, saves, uploads = [], [], []
     with tempfile.TemporaryDirectory() as staging:
         dcp.save(dict(state), storage_writer=dcp.FileSystemWriter(staging))
         mine = [p for p in Path(staging).iterdir() if p.name.startswith(f"__{rank}_")]
@@ -89,9 +80,15 @@ def rank_main(state_bytes: int, repeats: int) -> None:
             for path in mine:
                 s3.upload_file(str(path), BUCKET, f"sharded-baseline/{path.name}")
 
-        for _ in range(repeats):
+        for step in range(1, repeats + 1):  # in turns, so drift in the machine's load hits both
+            dist.barrier()
+            started = time.perf_counter()
+            blocked.append(timed(lambda: ckpt.save(step, state)))  # noqa: B023 - called at once
+            ckpt.wait()
+            saves.append(time.perf_counter() - started)
             dist.barrier()  # both ranks upload at once
             uploads.append(timed(upload))
+    ckpt.close()
     per_rank: list[Any] = [None] * RANKS
     dist.all_gather_object(per_rank, (blocked, copies, saves, uploads))
     if rank == 0:
@@ -105,6 +102,7 @@ def rank_main(state_bytes: int, repeats: int) -> None:
             "save_s": round(median(saves), 4),
             "baseline_upload_s": round(median(slowest), 4),
             "spread": {"save_s": spread(saves), "baseline_upload_s": spread(slowest)},
+            "ratio_spread": {"save_s": spread(ratios(saves, slowest))},
         }
         print(json.dumps(figures))
     dist.destroy_process_group()

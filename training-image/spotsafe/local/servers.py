@@ -50,7 +50,8 @@ def _wait_until_serving(url: str, proc: subprocess.Popen, timeout_s: float = 30.
 
 @contextmanager
 def s3_server(niceness: int = 0) -> Iterator[str]:
-    """Run moto's S3-API server on a free loopback port; yield its endpoint URL.
+    """Run moto's S3-API server (see spotsafe.local.moto_s3) on a free loopback port; yield its
+    endpoint URL.
 
     niceness lowers its CPU priority, for measurements where it stands in for remote storage.
     """
@@ -62,7 +63,7 @@ def s3_server(niceness: int = 0) -> Iterator[str]:
             str(niceness),
             sys.executable,
             "-m",
-            "moto.server",
+            "spotsafe.local.moto_s3",
             "-H",
             "127.0.0.1",
             "-p",

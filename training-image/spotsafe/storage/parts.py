@@ -106,6 +106,14 @@ class PartWriter:
     def flush(self) -> None:
         """Nothing to do: parts leave as they fill."""
 
+    def tell(self) -> int:
+        """Bytes written so far: where the next write lands in the object."""
+        return self._size
+
+    def close(self) -> None:
+        """Nothing to do: leaving the ``with`` block stores the object (a writer that closes
+        its stream when done, as DCP's does, does so inside that block)."""
+
     def _free_buffer(self) -> bytearray:
         if self._spare:
             return self._spare.pop()
