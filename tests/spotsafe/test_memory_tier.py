@@ -5,30 +5,35 @@ the bucket, and the weights always end bitwise equal to an uninterrupted run."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from spotsafe_harness import run_ranks, start_ranks
 
 TRAIN = "import sys; from spotsafe.examples.train import main; sys.exit(main())"
-MEMORY_EVERY, DURABLE_EVERY = 5, 10
+DURABLE_EVERY = 10
 
 
 class Nodes:
     """Two nodes training one run: rank r on node r, whose host memory is memory[r]."""
 
-    def __init__(self, root: Path, *args: str) -> None:
+    def __init__(self, root: Path, steps: int, size: str = "small", every: int = 5) -> None:
         self.bucket = root / "bucket"
         self.memory = [root / "node0", root / "node1"]
-        self.args = [*args, "--every-steps", str(DURABLE_EVERY), "--seed", "5"]
+        self.args = _args(steps, size)
+        self.every = every
         self.ranks: list[subprocess.Popen] = []
-        self.logs: list[str] = []
+        self.logs: list[list[str]] = []
+        self.readers: list[threading.Thread] = []
 
     def start(self) -> None:
         self.ranks = start_ranks(
@@ -36,9 +41,16 @@ class Nodes:
             *self.args,
             "--checkpoint-uri",
             f"file://{self.bucket}",
-            env={"SPOTSAFE_MEMORY_EVERY_STEPS": str(MEMORY_EVERY), "SPOTSAFE_PROGRESS_S": "0.01"},
+            env={"SPOTSAFE_MEMORY_EVERY_STEPS": str(self.every), "SPOTSAFE_PROGRESS_S": "0.01"},
             rank_env=lambda rank: {"SPOTSAFE_MEMORY_DIR": str(self.memory[rank])},
         )
+        self.logs = [[] for _ in self.ranks]
+        self.readers = [
+            threading.Thread(target=lambda p, log: log.extend(p.stderr), args=(proc, log))
+            for proc, log in zip(self.ranks, self.logs, strict=True)
+        ]
+        for reader in self.readers:
+            reader.start()
 
     def held(self, node: int, rank: int) -> set[int]:
         """Steps of rank's snapshot that node holds whole (described)."""
@@ -56,26 +68,41 @@ class Nodes:
         newest = max(self.bucket.glob("progress/*.json"))
         return json.loads(newest.read_text())["step"]
 
-    def wait(self, held: int, committed: int, timeout: float = 60) -> None:
-        """Until node 0 holds both ranks' snapshots of step `held` or later, and the bucket a
-        checkpoint of step `committed` or later."""
+    def wait(self, ready: Callable[[], object], timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
-        while max(self.both_held(0), default=0) < held or self.committed() < committed:
-            for proc in self.ranks:
-                assert proc.poll() is None, proc.communicate()[1][-3000:]
+        while not ready():
+            for rank, proc in enumerate(self.ranks):
+                assert proc.poll() is None, self.log(rank)[-3000:]
             assert time.monotonic() < deadline, "the moment never came"
             time.sleep(0.002)
 
+    def holds(self, held: int, committed: int) -> Callable[[], bool]:
+        """Whether node 0 holds both ranks' snapshots of step `held` or later, and the bucket
+        a checkpoint of step `committed` or later."""
+        return lambda: max(self.both_held(0), default=0) >= held and self.committed() >= committed
+
     def kill(self, *ranks: int) -> None:
         """SIGKILL those ranks; the others fail on the lost peer, as a torchrun agent's workers
-        do before it restarts them. Each rank's log is kept."""
+        do before it restarts them."""
         for rank in ranks:
             self.ranks[rank].send_signal(signal.SIGKILL)
-        self.logs = []
         for rank, proc in enumerate(self.ranks):
-            _, err = proc.communicate(timeout=60)
-            assert (proc.returncode == -signal.SIGKILL) == (rank in ranks), err[-3000:]
-            self.logs.append(err)
+            proc.wait(timeout=60)
+            assert (proc.returncode == -signal.SIGKILL) == (rank in ranks), self.log(rank)
+        for reader in self.readers:
+            reader.join()
+
+    def finish(self) -> dict:
+        """Both ranks train to the end; rank 0's result."""
+        out, _ = self.ranks[0].communicate(timeout=120)
+        for rank, proc in enumerate(self.ranks):
+            assert proc.wait(timeout=60) == 0, self.log(rank)
+        for reader in self.readers:
+            reader.join()
+        return json.loads(out.splitlines()[-1])
+
+    def log(self, rank: int) -> str:
+        return "".join(self.logs[rank])
 
     def lose_memory(self, *nodes: int) -> None:
         for node in nodes:
@@ -88,46 +115,52 @@ def resumed_from(log: str) -> tuple[int, str]:
     return int(match[0]), "memory" if match[1] == "the memory tier" else "bucket"
 
 
+def _args(steps: int, size: str) -> list[str]:
+    return ["--steps", str(steps), "--size", size, "--every-steps", str(DURABLE_EVERY),
+            "--seed", "5"]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
-    """Weights of the same two-rank runs with no interruption and no memory tier, by length."""
-    weights = {}
-    for steps in (70,):
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, str], str]:
+    """Weights of the same two-rank run with no interruption and no memory tier."""
+
+    @functools.cache
+    def weights(steps: int, size: str) -> str:
         uri = f"file://{tmp_path_factory.mktemp('uninterrupted')}"
-        ranks = run_ranks(TRAIN, "--steps", str(steps), "--checkpoint-uri", uri,
-                          "--every-steps", str(DURABLE_EVERY), "--seed", "5")  # fmt: skip
+        ranks = run_ranks(TRAIN, *_args(steps, size), "--checkpoint-uri", uri)
         assert [r.returncode for r in ranks] == [0, 0], ranks[1].stderr[-3000:]
-        weights[steps] = json.loads(ranks[0].stdout.splitlines()[-1])["weights_sha256"]
+        return json.loads(ranks[0].stdout.splitlines()[-1])["weights_sha256"]
+
     return weights
 
 
 def test_a_lost_node_then_a_lost_pair_then_a_corrupt_copy(
-    tmp_path: Path, uninterrupted: dict[int, str]
+    tmp_path: Path, uninterrupted: Callable[[int, str], str]
 ) -> None:
-    nodes = Nodes(tmp_path, "--steps", "70")
+    nodes = Nodes(tmp_path, 70)
 
     # 1. Node 1 vanishes: its rank restarts on a new node and fetches its snapshot from node 0,
     #    which kept it; node 0's rank reads its own. At most MEMORY_EVERY steps are lost.
     nodes.start()
-    nodes.wait(held=15, committed=10)
+    nodes.wait(nodes.holds(15, 10))
     nodes.kill(1)
     nodes.lose_memory(1)
     kept, durable, reached = max(nodes.both_held(0)), nodes.committed(), nodes.reached()
     assert kept > durable
     nodes.start()
-    nodes.wait(held=35, committed=30)
+    nodes.wait(nodes.holds(35, 30))
     # 2. Both nodes vanish at once: the bucket's newest checkpoint, as the durable interval says.
     nodes.kill(0, 1)
-    assert [resumed_from(log) for log in nodes.logs] == [(kept, "memory")] * 2
-    assert f"fetching rank 1's step {kept} from rank 0" in nodes.logs[1]
-    assert reached - kept <= MEMORY_EVERY
+    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(kept, "memory")] * 2
+    assert f"fetching rank 1's step {kept} from rank 0" in nodes.log(1)
+    assert reached - kept <= nodes.every
     nodes.lose_memory(0, 1)
     durable, reached = nodes.committed(), nodes.reached()
     nodes.start()
-    nodes.wait(held=55, committed=50)
+    nodes.wait(nodes.holds(55, 50))
     # 3. Node 1 vanishes and node 0's copy of rank 1's snapshot is corrupt: refused, the bucket.
     nodes.kill(1)
-    assert [resumed_from(log) for log in nodes.logs] == [(durable, "bucket")] * 2
+    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(durable, "bucket")] * 2
     assert reached - durable <= DURABLE_EVERY
     nodes.lose_memory(1)
     kept, durable = max(nodes.both_held(0)), nodes.committed()
@@ -136,11 +169,40 @@ def test_a_lost_node_then_a_lost_pair_then_a_corrupt_copy(
     data[len(data) // 2] ^= 0xFF
     copy.write_bytes(data)
     nodes.start()
-    outputs = [proc.communicate(timeout=120) for proc in nodes.ranks]
-    assert [proc.returncode for proc in nodes.ranks] == [0, 0], outputs[1][1][-3000:]
-    assert [resumed_from(err) for _, err in outputs] == [(durable, "bucket")] * 2
-    assert f"memory checkpoint at step {kept} refused" in outputs[1][1]
-    assert "does not match its CRC32C" in outputs[1][1]
-    result = json.loads(outputs[0][0].splitlines()[-1])
+    result = nodes.finish()
+    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(durable, "bucket")] * 2
+    assert f"memory checkpoint at step {kept} refused" in nodes.log(1)
+    assert "does not match its CRC32C" in nodes.log(1)
     assert result["final_step"] == 70
-    assert result["weights_sha256"] == uninterrupted[70]
+    assert result["weights_sha256"] == uninterrupted(70, "small")
+
+
+def test_kills_during_a_memory_save_and_during_a_peer_restore(
+    tmp_path: Path, uninterrupted: Callable[[int, str], str]
+) -> None:
+    nodes = Nodes(tmp_path, 8, size="medium", every=2)  # ~107 MB a rank: transfers take a while
+
+    # 1. Node 1 vanishes while its rank sends a snapshot to node 0: that step never counts.
+    nodes.start()
+    sending = lambda: list(nodes.memory[0].glob("*/rank-1/step-*.tmp"))  # noqa: E731
+    nodes.wait(lambda: nodes.both_held(0) and sending())
+    [partial] = sending()
+    nodes.kill(1)
+    nodes.lose_memory(1)
+    assert not partial.exists(), "node 0 kept a partial copy"
+    assert int(partial.stem[5:]) not in nodes.held(0, 1)
+    kept = max(nodes.both_held(0))
+
+    # 2. Its replacement is killed while it fetches its snapshot from node 0.
+    nodes.start()
+    nodes.wait(lambda: "fetching rank 1's step" in nodes.log(1))
+    nodes.kill(1)
+    assert f"fetching rank 1's step {kept} from rank 0" in nodes.log(1)
+    assert "resumed from step" not in nodes.log(1), "the kill landed after the restore"
+
+    # 3. The next replacement fetches it whole; node 0's copy served every attempt.
+    nodes.start()
+    result = nodes.finish()
+    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(kept, "memory")] * 2
+    assert result["final_step"] == 8
+    assert result["weights_sha256"] == uninterrupted(8, "medium")
