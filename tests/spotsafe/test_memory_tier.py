@@ -94,7 +94,7 @@ class Nodes:
 
     def finish(self) -> dict:
         """Both ranks train to the end; rank 0's result."""
-        out, _ = self.ranks[0].communicate(timeout=120)
+        out = self.ranks[0].stdout.read()  # stderr is the readers'
         for rank, proc in enumerate(self.ranks):
             assert proc.wait(timeout=60) == 0, self.log(rank)
         for reader in self.readers:
@@ -111,7 +111,9 @@ class Nodes:
 
 def resumed_from(log: str) -> tuple[int, str]:
     """The step a rank resumed from and from where: 'memory' or 'bucket'."""
-    [match] = re.findall(r"resumed from step (\d+) \((the memory tier|[^)]*)", log)
+    matches = re.findall(r"resumed from step (\d+) \((the memory tier|[^)]*)", log)
+    assert len(matches) == 1, log[-3000:]
+    [match] = matches
     return int(match[0]), "memory" if match[1] == "the memory tier" else "bucket"
 
 

@@ -99,11 +99,12 @@ class Checkpointer:
             from spotsafe import sharded
 
             self._sharded = sharded.ShardedSaves(self, self.config.max_in_flight)
-        self._memory = None  # the memory tier between durable saves, when configured
+        self.memory = None
+        """The memory tier between durable saves (spotsafe.memory), when configured."""
         if self.config.memory_every_steps and not self.config.read_only:
             from spotsafe import memory
 
-            self._memory = memory.MemoryTier(
+            self.memory = memory.MemoryTier(
                 self,
                 ThreadPoolExecutor(
                     1, "spotsafe-memory", _lower_priority, (self.config.save_niceness,)
@@ -164,7 +165,7 @@ class Checkpointer:
         ``self.skipped``, never loaded. A newer manifest format or a state that does not fit
         raises, because falling back to an older checkpoint would silently lose progress.
         """
-        if self._memory is not None and (step := self._restore_memory(state)) is not None:
+        if self.memory is not None and (step := self._restore_memory(state)) is not None:
             return step
         if self.world_size > 1:
             from spotsafe import sharded
@@ -196,7 +197,7 @@ class Checkpointer:
                          if o.key.endswith("/manifest.json")]  # fmt: skip
             newest[0] = max((s for s in committed if s is not None), default=None)
         dist.broadcast_object_list(newest, src=0)
-        step = self._memory.restore(state, newest[0])
+        step = self.memory.restore(state, newest[0])
         if step is not None:
             log.info("resumed from step %d (the memory tier; newest durable: %s)", step, newest[0])
         return step
@@ -283,7 +284,7 @@ class Checkpointer:
         if self._last_call is not None and step > self._last_call[0]:
             step_s = (now - self._last_call[1]) / (step - self._last_call[0])
         self._last_call = (step, now)
-        kept = self._memory is not None and self._memory.maybe_save(step, state)
+        kept = self.memory is not None and self.memory.maybe_save(step, state)
         if not self.due(step):
             return kept
         if self.world_size == 1 and len(self._pending) >= self.config.max_in_flight:
@@ -477,8 +478,8 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
-            if self._memory is not None:
-                self._memory.close()
+            if self.memory is not None:
+                self.memory.close()
             if self._sharded is not None:
                 self._sharded.close()
 

@@ -26,9 +26,9 @@ Peers learn each other's address through one all_gather when the Checkpointer st
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
+import mmap
 import os
 import socket
 import socketserver
@@ -248,15 +248,8 @@ class MemoryTier:
         if request["attempt"] != self.attempt:
             _send_line(conn, {"error": f"attempt {request['attempt']} is not this one's"})
             return
-
-        def write(file: Any) -> tuple[int, str]:
-            size, crc = _recv_into(conn, file, held.size)
-            if crc != held.crc32c:
-                raise ValueError(f"rank {held.rank}'s step {held.step} arrived corrupt")
-            return size, crc
-
         try:
-            self.shelf.put(held, write)
+            self.shelf.put(held, _receiving(conn, held))
         except ValueError as e:
             _send_line(conn, {"error": str(e)})
             return
@@ -307,41 +300,61 @@ class MemoryTier:
         return step
 
     def _fetch(self, copies: dict[int, Held], step: int) -> Any:
-        """This rank's snapshot: from its own node when it holds one, else from a peer; each
-        copy verified against the CRC32C taken when it was written."""
+        """This rank's snapshot: from its own node when it holds one, else from a peer into
+        this node's memory; each copy verified against the CRC32C taken when it was written."""
+        path = self.shelf.path(self.rank, step)
         problems = []
-        ordered = sorted(copies, key=lambda node: node != self.rank)
-        for node in ordered:
+        for node in sorted(copies, key=lambda node: node != self.rank):
             held = copies[node]
             host, port = self.addresses[node]
             where = "this node" if node == self.rank else f"rank {node} at {host}:{port}"
             try:
                 if node == self.rank:
-                    data = self.shelf.path(self.rank, step).read_bytes()
+                    if _described(path) != (held.size, held.crc32c):
+                        raise ValueError(f"step {step} does not match its CRC32C")
                 else:
                     log.info("fetching rank %d's step %d from %s", self.rank, step, where)
-                    data = self._get(node, step, held.size)
-            except OSError as e:
+                    with socket.create_connection(self.addresses[node], timeout=60) as conn:
+                        request = {"op": "get", "run": self.run, "rank": self.rank, "step": step}
+                        _send_line(conn, request)
+                        self.shelf.put(held, _receiving(conn, held))
+            except (OSError, ValueError) as e:
                 problems.append(f"{where}: {e}")
                 continue
-            if len(data) != held.size or checksum.crc32c(data) != held.crc32c:
-                problems.append(f"{where}: the copy does not match its CRC32C")
-                continue
             log.info("memory checkpoint of rank %d at step %d from %s", self.rank, step, where)
-            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            # Mapped privately, not read: the load copies each tensor at most once, and the
+            # training's in-place updates never reach the file.
+            return torch.load(path, mmap=True, map_location="cpu", weights_only=True)
         raise CorruptCheckpointError("; ".join(problems))
 
-    def _get(self, node: int, step: int, size: int) -> bytearray:
-        with socket.create_connection(self.addresses[node], timeout=60) as conn:
-            _send_line(conn, {"op": "get", "run": self.run, "rank": self.rank, "step": step})
-            out = io.BytesIO()
-            _recv_into(conn, out, size)
-            return out.getbuffer()
+    def wait(self) -> None:
+        """Until the save in flight, if any, is kept here and on the peer (or has failed)."""
+        if self._pending is not None:
+            self._pending.result()
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self._server.shutdown()
         self._server.server_close()
+
+
+def _receiving(conn: socket.socket, held: Held) -> Any:
+    """How a snapshot arriving on conn is written to a file: received, counted, and refused
+    unless it matches its CRC32C."""
+
+    def write(file: Any) -> tuple[int, str]:
+        size, crc = _recv_into(conn, file, held.size)
+        if crc != held.crc32c:
+            raise ValueError(f"rank {held.rank}'s step {held.step} does not match its CRC32C")
+        return size, crc
+
+    return write
+
+
+def _described(path: Path) -> tuple[int, str]:
+    """A file's size and CRC32C, read through a mapping of it."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return len(data), checksum.crc32c(data)
 
 
 def _saving(snap: dict[str, Any]) -> Any:
