@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -199,22 +198,17 @@ def wait_for_step(
 
 
 def start_ranks(
-    script: str,
-    *args: str,
-    world: int = 2,
-    env: dict[str, str] | None = None,
-    rank_env: Callable[[int], dict[str, str]] = lambda rank: {},
+    script: str, *args: str, world: int = 2, env: dict[str, str] | None = None
 ) -> list[subprocess.Popen]:
     """Start a Python script on `world` gloo ranks (one process without a process group when
-    world is 1), as torchrun would start them, their stdout and stderr piped; rank_env(rank)
-    adds a rank's own variables."""
+    world is 1), as torchrun would start them, their stdout and stderr piped."""
     env = {**os.environ, **(env or {})}
     if world > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
     return [
         subprocess.Popen(
             [sys.executable, "-c", script, *args],
-            env={**env, "RANK": str(rank), **rank_env(rank)} if world > 1 else env,
+            env={**env, "RANK": str(rank)} if world > 1 else env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -7,114 +7,20 @@ from __future__ import annotations
 
 import functools
 import json
-import re
-import shutil
-import signal
-import subprocess
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from spotsafe_harness import run_ranks, start_ranks
+from spotsafe.local.nodes import Nodes
+from spotsafe_harness import run_ranks
 
 TRAIN = "import sys; from spotsafe.examples.train import main; sys.exit(main())"
 DURABLE_EVERY = 10
 
 
-class Nodes:
-    """Two nodes training one run: rank r on node r, whose host memory is memory[r]."""
-
-    def __init__(self, root: Path, steps: int, size: str = "small", every: int = 5) -> None:
-        self.bucket = root / "bucket"
-        self.memory = [root / "node0", root / "node1"]
-        self.args = _args(steps, size)
-        self.every = every
-        self.ranks: list[subprocess.Popen] = []
-        self.logs: list[list[str]] = []
-        self.readers: list[threading.Thread] = []
-
-    def start(self) -> None:
-        self.ranks = start_ranks(
-            TRAIN,
-            *self.args,
-            "--checkpoint-uri",
-            f"file://{self.bucket}",
-            env={"SPOTSAFE_MEMORY_EVERY_STEPS": str(self.every), "SPOTSAFE_PROGRESS_S": "0.01"},
-            rank_env=lambda rank: {"SPOTSAFE_MEMORY_DIR": str(self.memory[rank])},
-        )
-        self.logs = [[] for _ in self.ranks]
-        self.readers = [
-            threading.Thread(target=lambda p, log: log.extend(p.stderr), args=(proc, log))
-            for proc, log in zip(self.ranks, self.logs, strict=True)
-        ]
-        for reader in self.readers:
-            reader.start()
-
-    def held(self, node: int, rank: int) -> set[int]:
-        """Steps of rank's snapshot that node holds whole (described)."""
-        return {int(p.stem[5:]) for p in self.memory[node].glob(f"*/rank-{rank}/step-*.json")}
-
-    def both_held(self, node: int) -> set[int]:
-        return self.held(node, 0) & self.held(node, 1)
-
-    def committed(self) -> int:
-        steps = [int(p.parent.name[5:]) for p in self.bucket.glob("step-*/manifest.json")]
-        return max(steps, default=0)
-
-    def reached(self) -> int:
-        """The furthest step on record (rank 0 records it as it trains, and when it fails)."""
-        newest = max(self.bucket.glob("progress/*.json"))
-        return json.loads(newest.read_text())["step"]
-
-    def wait(self, ready: Callable[[], object], timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            for rank, proc in enumerate(self.ranks):
-                assert proc.poll() is None, self.log(rank)[-3000:]
-            assert time.monotonic() < deadline, "the moment never came"
-            time.sleep(0.002)
-
-    def holds(self, held: int, committed: int) -> Callable[[], bool]:
-        """Whether node 0 holds both ranks' snapshots of step `held` or later, and the bucket
-        a checkpoint of step `committed` or later."""
-        return lambda: max(self.both_held(0), default=0) >= held and self.committed() >= committed
-
-    def kill(self, *ranks: int) -> None:
-        """SIGKILL those ranks; the others fail on the lost peer, as a torchrun agent's workers
-        do before it restarts them."""
-        for rank in ranks:
-            self.ranks[rank].send_signal(signal.SIGKILL)
-        for rank, proc in enumerate(self.ranks):
-            proc.wait(timeout=60)
-            assert (proc.returncode == -signal.SIGKILL) == (rank in ranks), self.log(rank)
-        for reader in self.readers:
-            reader.join()
-
-    def finish(self) -> dict:
-        """Both ranks train to the end; rank 0's result."""
-        out = self.ranks[0].stdout.read()  # stderr is the readers'
-        for rank, proc in enumerate(self.ranks):
-            assert proc.wait(timeout=60) == 0, self.log(rank)
-        for reader in self.readers:
-            reader.join()
-        return json.loads(out.splitlines()[-1])
-
-    def log(self, rank: int) -> str:
-        return "".join(self.logs[rank])
-
-    def lose_memory(self, *nodes: int) -> None:
-        for node in nodes:
-            shutil.rmtree(self.memory[node])
-
-
-def resumed_from(log: str) -> tuple[int, str]:
-    """The step a rank resumed from and from where: 'memory' or 'bucket'."""
-    matches = re.findall(r"resumed from step (\d+) \((the memory tier|[^)]*)", log)
-    assert len(matches) == 1, log[-3000:]
-    [match] = matches
-    return int(match[0]), "memory" if match[1] == "the memory tier" else "bucket"
+def two_nodes(root: Path, steps: int, size: str = "small", every: int = 5) -> Nodes:
+    memory = [root / "node0", root / "node1"]
+    return Nodes(f"file://{root}/bucket", memory, _args(steps, size), every)
 
 
 def _args(steps: int, size: str) -> list[str]:
@@ -139,7 +45,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, st
 def test_a_lost_node_then_a_lost_pair_then_a_corrupt_copy(
     tmp_path: Path, uninterrupted: Callable[[int, str], str]
 ) -> None:
-    nodes = Nodes(tmp_path, 70)
+    nodes = two_nodes(tmp_path, 70)
 
     # 1. Node 1 vanishes: its rank restarts on a new node and fetches its snapshot from node 0,
     #    which kept it; node 0's rank reads its own. At most MEMORY_EVERY steps are lost.
@@ -147,13 +53,13 @@ def test_a_lost_node_then_a_lost_pair_then_a_corrupt_copy(
     nodes.wait(nodes.holds(15, 10))
     nodes.kill(1)
     nodes.lose_memory(1)
-    kept, durable, reached = max(nodes.both_held(0)), nodes.committed(), nodes.reached()
+    kept, durable, reached = max(nodes.all_held(0)), nodes.committed(), nodes.reached()
     assert kept > durable
     nodes.start()
     nodes.wait(nodes.holds(35, 30))
     # 2. Both nodes vanish at once: the bucket's newest checkpoint, as the durable interval says.
     nodes.kill(0, 1)
-    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(kept, "memory")] * 2
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(kept, "memory")] * 2
     assert f"fetching rank 1's step {kept} from rank 0" in nodes.log(1)
     assert reached - kept <= nodes.every
     nodes.lose_memory(0, 1)
@@ -162,17 +68,17 @@ def test_a_lost_node_then_a_lost_pair_then_a_corrupt_copy(
     nodes.wait(nodes.holds(55, 50))
     # 3. Node 1 vanishes and node 0's copy of rank 1's snapshot is corrupt: refused, the bucket.
     nodes.kill(1)
-    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(durable, "bucket")] * 2
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(durable, "bucket")] * 2
     assert reached - durable <= DURABLE_EVERY
     nodes.lose_memory(1)
-    kept, durable = max(nodes.both_held(0)), nodes.committed()
+    kept, durable = max(nodes.all_held(0)), nodes.committed()
     copy = next(nodes.memory[0].glob(f"*/rank-1/step-{kept}.pt"))
     data = bytearray(copy.read_bytes())
     data[len(data) // 2] ^= 0xFF
     copy.write_bytes(data)
     nodes.start()
-    result = nodes.finish()
-    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(durable, "bucket")] * 2
+    result = json.loads(nodes.finish())
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(durable, "bucket")] * 2
     assert f"memory checkpoint at step {kept} refused" in nodes.log(1)
     assert "does not match its CRC32C" in nodes.log(1)
     assert result["final_step"] == 70
@@ -182,29 +88,29 @@ def test_a_lost_node_then_a_lost_pair_then_a_corrupt_copy(
 def test_kills_during_a_memory_save_and_during_a_peer_restore(
     tmp_path: Path, uninterrupted: Callable[[int, str], str]
 ) -> None:
-    nodes = Nodes(tmp_path, 8, size="medium", every=2)  # ~107 MB a rank: transfers take a while
+    nodes = two_nodes(tmp_path, 8, size="medium", every=2)  # ~107 MB a rank: transfers take a while
 
     # 1. Node 1 vanishes while its rank sends a snapshot to node 0: that step never counts.
     nodes.start()
     sending = lambda: list(nodes.memory[0].glob("*/rank-1/step-*.tmp"))  # noqa: E731
-    nodes.wait(lambda: nodes.both_held(0) and sending())
+    nodes.wait(lambda: nodes.all_held(0) and sending())
     [partial] = sending()
     nodes.kill(1)
     nodes.lose_memory(1)
     assert not partial.exists(), "node 0 kept a partial copy"
     assert int(partial.stem[5:]) not in nodes.held(0, 1)
-    kept = max(nodes.both_held(0))
+    kept = max(nodes.all_held(0))
 
     # 2. Its replacement is killed while it fetches its snapshot from node 0.
     nodes.start()
     nodes.wait(lambda: "fetching rank 1's step" in nodes.log(1))
     nodes.kill(1)
     assert f"fetching rank 1's step {kept} from rank 0" in nodes.log(1)
-    assert "resumed from step" not in nodes.log(1), "the kill landed after the restore"
+    assert nodes.resumed_from(1) is None, "the kill landed after the restore"
 
     # 3. The next replacement fetches it whole; node 0's copy served every attempt.
     nodes.start()
-    result = nodes.finish()
-    assert [resumed_from(nodes.log(rank)) for rank in (0, 1)] == [(kept, "memory")] * 2
+    result = json.loads(nodes.finish())
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(kept, "memory")] * 2
     assert result["final_step"] == 8
     assert result["weights_sha256"] == uninterrupted(8, "medium")
