@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from spotsafe import CheckpointConfig, Checkpointer
+from spotsafe.errors import ConfigError
 from spotsafe.local.nodes import Nodes
 from spotsafe_harness import run_ranks
 
@@ -114,3 +116,15 @@ def test_kills_during_a_memory_save_and_during_a_peer_restore(
     assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(kept, "memory")] * 2
     assert result["final_step"] == 8
     assert result["weights_sha256"] == uninterrupted(8, "medium")
+
+
+def test_a_bad_cadence_and_a_run_of_one_node_are_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTSAFE_MEMORY_EVERY_STEPS", "often")
+    with pytest.raises(ConfigError, match=r"^SPOTSAFE_MEMORY_EVERY_STEPS='often' must be a whole"):
+        CheckpointConfig()
+    monkeypatch.setenv("SPOTSAFE_MEMORY_EVERY_STEPS", "5")
+    with pytest.raises(ConfigError, match=r"peer on another node, and this run has one node"):
+        Checkpointer(f"file://{tmp_path}", memory_dir=str(tmp_path / "memory"))
+    assert list(tmp_path.iterdir()) == [], "refused only after writing"

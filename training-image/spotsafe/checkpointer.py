@@ -93,6 +93,11 @@ class Checkpointer:
                 "every_seconds cannot be used with several ranks: their clocks would pick "
                 "different steps for a collective save; use every_steps"
             )
+        tiered = bool(self.config.memory_every_steps) and not self.config.read_only
+        if tiered:  # refused before the lease is claimed: nothing written for a bad option
+            from spotsafe import memory
+
+            memory.ranks_per_node(self.world_size, self.config.memory_every_steps)
         self.attempt = self._claim_attempt()
         self._sharded = None  # what sharded saves share, for a writer of several ranks
         if self.world_size > 1 and not self.config.read_only:
@@ -101,9 +106,7 @@ class Checkpointer:
             self._sharded = sharded.ShardedSaves(self, self.config.max_in_flight)
         self.memory = None
         """The memory tier between durable saves (spotsafe.memory), when configured."""
-        if self.config.memory_every_steps and not self.config.read_only:
-            from spotsafe import memory
-
+        if tiered:
             self.memory = memory.MemoryTier(
                 self,
                 ThreadPoolExecutor(

@@ -44,7 +44,6 @@ import torch
 from spotsafe import checksum
 from spotsafe import state as state_mod
 from spotsafe.errors import ConfigError, CorruptCheckpointError
-from spotsafe.manifest import step_of
 
 log = logging.getLogger("spotsafe")
 
@@ -61,6 +60,15 @@ class Held:
     world_size: int
     size: int
     crc32c: str
+
+    @classmethod
+    def of(cls, values: dict) -> Held:
+        """From a peer's request or a description on disk, each field of its own type (a rank
+        or a step names a path)."""
+        return cls(*(kind(values[name]) for name, kind in _FIELDS))
+
+
+_FIELDS = (("rank", int), ("step", int), ("world_size", int), ("size", int), ("crc32c", str))
 
 
 class _Counted(checksum.Fingerprint):
@@ -89,8 +97,8 @@ class Shelf:
         found = []
         for meta in self.root.glob("rank-*/step-*.json"):
             try:
-                found.append(Held(**json.loads(meta.read_text())))
-            except (OSError, ValueError, TypeError):
+                found.append(Held.of(json.loads(meta.read_text())))
+            except (OSError, ValueError, TypeError, KeyError):
                 continue  # deleted meanwhile, or not ours: never a candidate
         return found
 
@@ -113,7 +121,7 @@ class Shelf:
         meta = path.with_suffix(".json")
         meta.with_suffix(".json.tmp").write_text(json.dumps(asdict(held)))
         os.replace(meta.with_suffix(".json.tmp"), meta)
-        steps = sorted(step_of(p.stem + "/") for p in path.parent.glob("step-*.json"))
+        steps = sorted(int(p.stem.removeprefix("step-")) for p in path.parent.glob("step-*.json"))
         for old in steps[:-KEPT]:
             for suffix in (".json", ".pt"):  # the description first: then it is simply gone
                 self.path(held.rank, old).with_suffix(suffix).unlink(missing_ok=True)
@@ -163,12 +171,12 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             request = _recv_line(self.request)
             if request.get("run") != tier.run:
-                raise ConfigError("a snapshot of another run")
+                raise ValueError("a snapshot of another run")
             if request["op"] == "put":
                 tier.receive(self.request, request)
             else:
                 tier.send(self.request, int(request["rank"]), int(request["step"]))
-        except (OSError, ValueError, KeyError, ConfigError) as e:
+        except (OSError, ValueError, KeyError, TypeError) as e:
             log.debug("memory tier: a peer's request failed: %s", e)
 
 
@@ -179,13 +187,7 @@ class MemoryTier:
         import torch.distributed as dist
 
         config = ckpt.config
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        if ckpt.world_size <= local:
-            raise ConfigError(
-                f"memory_every_steps={config.memory_every_steps} keeps each snapshot on a peer "
-                f"on another node, and this run has one node ({ckpt.world_size} rank(s)); "
-                "unset SPOTSAFE_MEMORY_EVERY_STEPS"
-            )
+        local = ranks_per_node(ckpt.world_size, config.memory_every_steps)
         self.every = config.memory_every_steps
         self.rank, self.world_size = ckpt.rank, ckpt.world_size
         self.attempt = ckpt.attempt
@@ -197,13 +199,12 @@ class MemoryTier:
         self._pending: Future | None = None
         self._warned = False
         self._server = _Server(self)
-        self._serving = threading.Thread(
+        threading.Thread(
             target=self._server.serve_forever, name="spotsafe-memory-server", daemon=True
-        )
-        self._serving.start()
+        ).start()
         me = (_reachable_host(), self._server.server_address[1])
-        self.addresses: list[tuple[str, int]] = [None] * self.world_size  # type: ignore[list-item]
-        dist.all_gather_object(self.addresses, me)
+        self.addresses: list[tuple[str, int]] = [me] * self.world_size
+        dist.all_gather_object(self.addresses, me)  # every rank's, in rank order
 
     # ---- save --------------------------------------------------------------------------------
 
@@ -244,7 +245,7 @@ class MemoryTier:
 
     def receive(self, conn: socket.socket, request: dict) -> None:
         """Keep a peer's snapshot once it arrived whole and its CRC32C verified."""
-        held = Held(**{k: request[k] for k in Held.__dataclass_fields__})
+        held = Held.of(request)
         if request["attempt"] != self.attempt:
             _send_line(conn, {"error": f"attempt {request['attempt']} is not this one's"})
             return
@@ -355,6 +356,17 @@ def _described(path: Path) -> tuple[int, str]:
     """A file's size and CRC32C, read through a mapping of it."""
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
         return len(data), checksum.crc32c(data)
+
+
+def ranks_per_node(world_size: int, every: int) -> int:
+    """This node's ranks (torchrun's LOCAL_WORLD_SIZE); refused when they are the whole run."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if world_size <= local:
+        raise ConfigError(
+            f"memory_every_steps={every} keeps each snapshot on a peer on another node, and "
+            f"this run has one node ({world_size} rank(s)); unset SPOTSAFE_MEMORY_EVERY_STEPS"
+        )
+    return local
 
 
 def _saving(snap: dict[str, Any]) -> Any:
