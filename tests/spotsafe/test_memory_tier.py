@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -128,3 +129,33 @@ def test_a_bad_cadence_and_a_run_of_one_node_are_refused_in_one_line(
     with pytest.raises(ConfigError, match=r"peer on another node, and this run has one node"):
         Checkpointer(f"file://{tmp_path}", memory_dir=str(tmp_path / "memory"))
     assert list(tmp_path.iterdir()) == [], "refused only after writing"
+
+
+# A row-sharded DTensor (as FSDP keeps parameters) under the memory tier.
+SHARDED = textwrap.dedent(
+    """
+    import sys, torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from spotsafe import Checkpointer, Extras
+    from spotsafe.errors import ConfigError
+
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    weight = distribute_tensor(torch.ones(8, 6), mesh, [Shard(0)])
+    ckpt = Checkpointer(sys.argv[1], memory_every_steps=1, memory_dir=sys.argv[2])
+    try:
+        ckpt.maybe_save(1, {"model": Extras(weight=weight)})
+    except ConfigError as e:
+        print(e, flush=True)
+    """
+)
+
+
+def test_a_sharded_state_is_refused_at_its_first_memory_save(tmp_path: Path) -> None:
+    ranks = run_ranks(SHARDED, f"file://{tmp_path}/bucket", str(tmp_path / "memory"))
+    assert [r.stdout.strip() for r in ranks] == [
+        "state['model'] holds a sharded DTensor at model/weight: the memory tier keeps "
+        "replicated (DDP) states only; unset SPOTSAFE_MEMORY_EVERY_STEPS"
+    ] * 2, ranks[0].stderr[-3000:]
