@@ -94,7 +94,7 @@ def rank_main(bucket_uri: str, memory: Path, mb: int, repeats: int) -> None:
 def lost_steps(uri: str, root: Path, memory_every: int | None, kills: int) -> list[int]:
     """Steps a hard kill loses, node 1 lost at random moments, kills times over (each restart
     the next one's run): the step reached on record less the step resumed from."""
-    from spotsafe.local.nodes import Nodes
+    from spotsafe.bench.nodes import Nodes
 
     args = ["--steps", "1000000", "--every-steps", str(DURABLE_EVERY)]
     nodes = Nodes(uri, [root / "node0", root / "node1"], args, memory_every)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from spotsafe import CheckpointConfig, Checkpointer
+from spotsafe.bench.nodes import Nodes
 from spotsafe.errors import ConfigError
-from spotsafe.local.nodes import Nodes
 from spotsafe_harness import run_ranks
 
 TRAIN = "import sys; from spotsafe.examples.train import main; sys.exit(main())"
