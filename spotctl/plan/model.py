@@ -201,6 +201,9 @@ class Tiers:
     durable_interval_s: float
     lost_per_failure_s: float
     durable_only_lost_per_failure_s: float
+    badput: float
+    """Share of training time blocked by saves or lost to interruptions, to first order."""
+    durable_only_badput: float
 
 
 def lost_per_loss_s(interval_s: float, blocked_s: float, save_s: float) -> float:
@@ -221,7 +224,21 @@ def two_tiers(job: SpotJob, memory: MemoryTier) -> Tiers:
         job.work_s,
     )
     durable_interval = interval_s(replace(job, failure_rate=job.failure_rate - survived))
-    lost = memory.survives * lost_per_loss_s(memory_interval, memory.blocked_s, memory.save_s)
-    lost += (1 - memory.survives) * lost_per_loss_s(durable_interval, job.blocked_s, job.save_s)
-    alone = lost_per_loss_s(interval_s(job), job.blocked_s, job.save_s)
-    return Tiers(memory_interval, durable_interval, lost, alone)
+    memory_lost = lost_per_loss_s(memory_interval, memory.blocked_s, memory.save_s)
+    durable_lost = lost_per_loss_s(durable_interval, job.blocked_s, job.save_s)
+    alone_lost = lost_per_loss_s(interval_s(job), job.blocked_s, job.save_s)
+    badput = _blocked(durable_interval, job.blocked_s) + (job.loss_rate - survived) * durable_lost
+    if survived:  # a tier that survives nothing never saves
+        badput += _blocked(memory_interval, memory.blocked_s) + survived * memory_lost
+    return Tiers(
+        memory_interval,
+        durable_interval,
+        memory.survives * memory_lost + (1 - memory.survives) * durable_lost,
+        alone_lost,
+        badput,
+        _blocked(interval_s(job), job.blocked_s) + job.loss_rate * alone_lost,
+    )
+
+
+def _blocked(interval: float, blocked_s: float) -> float:
+    return blocked_s / (interval + blocked_s)

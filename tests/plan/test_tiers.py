@@ -56,6 +56,7 @@ def test_a_memory_tier_that_survives_nothing_changes_nothing() -> None:
     tiers = two_tiers(JOB, replace(MEMORY, survives=0.0))
     assert tiers.durable_interval_s == interval_s(JOB)
     assert tiers.lost_per_failure_s == tiers.durable_only_lost_per_failure_s
+    assert tiers.badput == tiers.durable_only_badput
     assert tiers.memory_interval_s == JOB.work_s  # no loss to cover: never worth a save
 
 
@@ -72,6 +73,16 @@ def test_each_tier_covers_its_own_losses() -> None:
     durable_loss = lost_per_loss_s(tiers.durable_interval_s, JOB.blocked_s, JOB.save_s)
     assert tiers.lost_per_failure_s == pytest.approx(0.9 * memory_loss + 0.1 * durable_loss)
     assert tiers.lost_per_failure_s < 0.5 * tiers.durable_only_lost_per_failure_s
+    # Fewer durable saves block less, and most failures lose a short memory interval.
+    assert tiers.badput < tiers.durable_only_badput
+
+
+def test_a_memory_save_as_costly_as_a_durable_one_does_not_pay() -> None:
+    """Young/Daly sets each interval by its own blocked cost: a memory tier that blocks as long
+    as a durable save saves about as often, and its blocking outweighs what it keeps."""
+    tiers = two_tiers(JOB, replace(MEMORY, blocked_s=JOB.blocked_s, save_s=JOB.save_s))
+    assert tiers.memory_interval_s == pytest.approx(interval_s(JOB), rel=0.1)
+    assert tiers.badput > tiers.durable_only_badput
 
 
 def test_a_memory_save_slower_than_its_interval_sets_the_interval() -> None:
