@@ -218,8 +218,7 @@ class MemoryTier:
             log.debug("memory checkpoint at step %d skipped: the previous one is in flight", step)
             return False
         if self._pending is None:  # the first save: the state is whole on every rank, or refused
-            for key, obj in state_mod.stateful_items(state).items():
-                _refuse_sharded(obj.state_dict(), key)
+            _refuse_sharded(state)
         snap = state_mod.snapshot(state, self._staging)
         self._pending = self._executor.submit(self._keep, step, snap)
         return True
@@ -372,22 +371,18 @@ def ranks_per_node(world_size: int, every: int) -> int:
     return local
 
 
-def _refuse_sharded(value: Any, path: str) -> None:
+def _refuse_sharded(state: Mapping[str, Any]) -> None:
     """The memory tier keeps each rank's state whole, as torch.save writes it: a sharded tensor
     (DTensor, as FSDP and tensor parallelism keep parameters) is refused, naming where it is."""
     from torch.distributed.tensor import DTensor
 
-    if isinstance(value, DTensor):
-        raise ConfigError(
-            f"state[{path.split('/')[0]!r}] holds a sharded DTensor at {path}: the memory tier "
-            "keeps replicated (DDP) states only; unset SPOTSAFE_MEMORY_EVERY_STEPS"
-        )
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _refuse_sharded(inner, f"{path}/{key}")
-    elif isinstance(value, list | tuple):
-        for index, inner in enumerate(value):
-            _refuse_sharded(inner, f"{path}/{index}")
+    for key, obj in state_mod.stateful_items(state).items():
+        for path, value in state_mod.leaves(obj.state_dict(), key):
+            if isinstance(value, DTensor):
+                raise ConfigError(
+                    f"state[{key!r}] holds a sharded DTensor at {path}: the memory tier keeps "
+                    "replicated (DDP) states only; unset SPOTSAFE_MEMORY_EVERY_STEPS"
+                )
 
 
 def _saving(snap: dict[str, Any]) -> Any:
