@@ -13,8 +13,9 @@ It is a cache, never the record: nothing here touches the bucket, and the durabl
 commit, fencing and verification are unchanged. At restore every rank lists the snapshots its
 node holds; one is used only if its step is newer than the newest committed checkpoint, every
 rank of the same world size has one at that step (on its own node or a live peer's), and each
-verifies against the CRC32C taken when it was written. One rank short, or one copy corrupt,
-and every rank restores from the bucket instead.
+verifies against the CRC32C taken when it was written (a rank tries its own node's copy, then
+its peers'). One rank short, or one rank with no copy that verifies, and every rank restores
+from the bucket instead.
 
 Transport: a plain TCP connection per transfer, to a small server each rank runs on a thread.
 It needs nothing from the training's process group, so it never meets NCCL's or gloo's
