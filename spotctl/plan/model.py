@@ -176,3 +176,69 @@ def breakeven_notice_rate(job: SpotJob, price_ratio: float) -> float:
         middle = math.sqrt(low * high) if low > 0 else high / 2
         low, high = (middle, high) if cheaper(middle) else (low, middle)
     return high
+
+
+@dataclass(frozen=True)
+class MemoryTier:
+    """Checkpoints in peers' host memory between durable saves (spotsafe.memory)."""
+
+    blocked_s: float
+    """Training blocked per memory save: the snapshot copy."""
+    save_s: float
+    """From a memory save's start until the peer holds it."""
+    survives: float
+    """The share of failures without a notice it survives: those that leave every rank's
+    snapshot alive somewhere (a node lost, its peer alive). The rest, both copies lost at once
+    (a zone, a rack), fall back to the durable tier."""
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """The two tiers' intervals and what a failure without a notice loses, against the
+    durable tier alone."""
+
+    memory_interval_s: float
+    durable_interval_s: float
+    lost_per_failure_s: float
+    durable_only_lost_per_failure_s: float
+    badput: float
+    """Share of training time blocked by saves or lost to interruptions, to first order."""
+    durable_only_badput: float
+
+
+def lost_per_loss_s(interval_s: float, blocked_s: float, save_s: float) -> float:
+    """Training lost by a loss at a uniform moment of one tier's period (interval_s of
+    training, then blocked_s): the work since the newest save it holds, which is the one before
+    when the loss lands within save_s of a save's start."""
+    period = interval_s + blocked_s
+    return interval_s * (interval_s / 2 + min(save_s, period)) / period
+
+
+def two_tiers(job: SpotJob, memory: MemoryTier) -> Tiers:
+    """Each tier's Young/Daly interval against the losses it alone must cover: the memory tier
+    the failures it survives, the durable tier every other loss (the notices whose final save
+    does not fit, and the failures that take both copies)."""
+    survived = memory.survives * job.failure_rate
+    memory_interval = min(
+        max(young_daly_s(memory.blocked_s, survived), memory.save_s - memory.blocked_s),
+        job.work_s,
+    )
+    durable_interval = interval_s(replace(job, failure_rate=job.failure_rate - survived))
+    memory_lost = lost_per_loss_s(memory_interval, memory.blocked_s, memory.save_s)
+    durable_lost = lost_per_loss_s(durable_interval, job.blocked_s, job.save_s)
+    alone_lost = lost_per_loss_s(interval_s(job), job.blocked_s, job.save_s)
+    badput = _blocked(durable_interval, job.blocked_s) + (job.loss_rate - survived) * durable_lost
+    if survived:  # a tier that survives nothing never saves
+        badput += _blocked(memory_interval, memory.blocked_s) + survived * memory_lost
+    return Tiers(
+        memory_interval,
+        durable_interval,
+        memory.survives * memory_lost + (1 - memory.survives) * durable_lost,
+        alone_lost,
+        badput,
+        _blocked(interval_s(job), job.blocked_s) + job.loss_rate * alone_lost,
+    )
+
+
+def _blocked(interval: float, blocked_s: float) -> float:
+    return blocked_s / (interval + blocked_s)

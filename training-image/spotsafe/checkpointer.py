@@ -93,12 +93,26 @@ class Checkpointer:
                 "every_seconds cannot be used with several ranks: their clocks would pick "
                 "different steps for a collective save; use every_steps"
             )
+        tiered = bool(self.config.memory_every_steps) and not self.config.read_only
+        if tiered:  # refused before the lease is claimed: nothing written for a bad option
+            from spotsafe import memory
+
+            memory.ranks_per_node(self.world_size, self.config.memory_every_steps)
         self.attempt = self._claim_attempt()
         self._sharded = None  # what sharded saves share, for a writer of several ranks
         if self.world_size > 1 and not self.config.read_only:
             from spotsafe import sharded
 
             self._sharded = sharded.ShardedSaves(self, self.config.max_in_flight)
+        self.memory = None
+        """The memory tier between durable saves (spotsafe.memory), when configured."""
+        if tiered:
+            self.memory = memory.MemoryTier(
+                self,
+                ThreadPoolExecutor(
+                    1, "spotsafe-memory", _lower_priority, (self.config.save_niceness,)
+                ),
+            )
         self.last_committed_step: int | None = None
         self.last_saved_step: int | None = None
         """The step of the newest save started (or restored): the one the loop need not repeat."""
@@ -154,6 +168,8 @@ class Checkpointer:
         ``self.skipped``, never loaded. A newer manifest format or a state that does not fit
         raises, because falling back to an older checkpoint would silently lose progress.
         """
+        if self.memory is not None and (step := self._restore_memory(state)) is not None:
+            return step
         if self.world_size > 1:
             from spotsafe import sharded
 
@@ -172,6 +188,22 @@ class Checkpointer:
             self.record_restore(manifest)
             return manifest.step
         return None
+
+    def _restore_memory(self, state: Mapping[str, Any]) -> int | None:
+        """The memory tier's newest snapshot, when newer than every committed checkpoint. The
+        step is not counted as saved: the next durable save, or the one at the end, writes it."""
+        import torch.distributed as dist
+
+        newest: list[int | None] = [None]
+        if self.rank == 0:
+            committed = [step_of(o.key) for o in self.store.list("step-")
+                         if o.key.endswith("/manifest.json")]  # fmt: skip
+            newest[0] = max((s for s in committed if s is not None), default=None)
+        dist.broadcast_object_list(newest, src=0)
+        step = self.memory.restore(state, newest[0])
+        if step is not None:
+            log.info("resumed from step %d (the memory tier; newest durable: %s)", step, newest[0])
+        return step
 
     def fetch_payload(self, manifest: Manifest) -> Any:
         """The verified, deserialised state of a single-process ("torch") checkpoint."""
@@ -247,15 +279,17 @@ class Checkpointer:
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
         """Save if the step is due. A due save is skipped, not waited for, while the in-flight
-        slots are full (storage slow or down): training goes on. True when a save started."""
+        slots are full (storage slow or down): training goes on. True when a save started
+        (a durable one, or the memory tier's)."""
         self._reap()
         now = time.monotonic()
         step_s = None
         if self._last_call is not None and step > self._last_call[0]:
             step_s = (now - self._last_call[1]) / (step - self._last_call[0])
         self._last_call = (step, now)
+        kept = self.memory is not None and self.memory.maybe_save(step, state)
         if not self.due(step):
-            return False
+            return kept
         if self.world_size == 1 and len(self._pending) >= self.config.max_in_flight:
             self._skip(step, now - self._last_save_started, step_s)
             return False
@@ -447,6 +481,8 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
+            if self.memory is not None:
+                self.memory.close()
             if self._sharded is not None:
                 self._sharded.close()
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import os
+from dataclasses import dataclass, field, fields
 
 from spotsafe.errors import ConfigError
 
@@ -48,6 +49,19 @@ class CheckpointConfig:
     connect_timeout_s: float = 5.0
     """Seconds to wait for the storage endpoint to accept a connection."""
 
+    memory_every_steps: int | None = field(
+        default_factory=lambda: _env_steps("SPOTSAFE_MEMORY_EVERY_STEPS")
+    )
+    """Every this many steps, each rank's snapshot also goes to host memory and to a peer on
+    another node (spotsafe.memory), a cache between durable saves that a restore uses when it
+    is newer. None: off. Default: SPOTSAFE_MEMORY_EVERY_STEPS (unset: off)."""
+
+    memory_dir: str = field(
+        default_factory=lambda: os.environ.get("SPOTSAFE_MEMORY_DIR") or "/dev/shm/spotsafe"
+    )
+    """Where a node keeps the memory tier's snapshots: a tmpfs, so they outlive a restarted
+    worker but never the node. Default: SPOTSAFE_MEMORY_DIR, else /dev/shm/spotsafe."""
+
     def __post_init__(self) -> None:
         checks = {
             "every_steps": self.every_steps is None or self.every_steps >= 1,
@@ -59,6 +73,7 @@ class CheckpointConfig:
             "save_niceness": 0 <= self.save_niceness <= 19,
             "max_attempts": self.max_attempts >= 1,
             "connect_timeout_s": self.connect_timeout_s > 0,
+            "memory_every_steps": self.memory_every_steps is None or self.memory_every_steps >= 1,
         }
         for name, ok in checks.items():
             if not ok:
@@ -67,3 +82,12 @@ class CheckpointConfig:
     @classmethod
     def field_names(cls) -> set[str]:
         return {f.name for f in fields(cls)}
+
+
+def _env_steps(name: str) -> int | None:
+    raw = os.environ.get(name, "")
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name}={raw!r} must be a whole number of steps, at least 1")
+    return int(raw)

@@ -150,13 +150,14 @@ class Run:
             self.ckpt = checkpoint
         else:
             self.ckpt = Checkpointer(checkpoint, **options)
-        every = self.ckpt.config.every_steps
-        if every is not None and every % accumulate:
-            raise ConfigError(
-                f"every_steps={every} is not a multiple of accumulate={accumulate}: saves are "
-                "taken only at the end of an accumulation; use "
-                f"every_steps={math.lcm(every, accumulate)}"
-            )
+        for option in ("every_steps", "memory_every_steps"):
+            every = getattr(self.ckpt.config, option)
+            if every is not None and every % accumulate:
+                raise ConfigError(
+                    f"{option}={every} is not a multiple of accumulate={accumulate}: saves are "
+                    "taken only at the end of an accumulation; use "
+                    f"{option}={math.lcm(every, accumulate)}"
+                )
         self._progress = _Progress(self)
         identity = RunIdentity(
             lambda: run_settings(state, self.loader, self.ckpt.world_size, accumulate),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import io
 import random
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -207,18 +207,23 @@ def _advice(value: Any, name: str) -> str:
     return "store plain values (Python numbers, strings, lists, dicts, tensors)"
 
 
-def check_all_restorable(value: Any, path: str) -> None:
-    """check_restorable for every value inside a (nested) state dict."""
-    if isinstance(value, torch.Tensor):
-        return
+def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Every value inside a (nested) state dict that is no dict, list or tuple, with its path."""
     if isinstance(value, dict):
         for k, v in value.items():
-            check_all_restorable(v, f"{path}/{k}")
+            yield from leaves(v, f"{path}/{k}")
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            check_all_restorable(v, f"{path}/{i}")
+            yield from leaves(v, f"{path}/{i}")
     else:
-        check_restorable(value, path)
+        yield path, value
+
+
+def check_all_restorable(value: Any, path: str) -> None:
+    """check_restorable for every value inside a (nested) state dict."""
+    for where, leaf in leaves(value, path):
+        if not isinstance(leaf, torch.Tensor):
+            check_restorable(leaf, where)
 
 
 def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:

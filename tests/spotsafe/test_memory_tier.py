@@ -1,0 +1,161 @@
+"""The memory tier between durable saves: two ranks as local processes standing for two nodes,
+each node's host memory a directory of its own, real SIGKILLs. A lost node's directory goes with
+it; a restarted rank restores from its peer's copy, a corrupt copy or a lost pair falls back to
+the bucket, and the weights always end bitwise equal to an uninterrupted run."""
+
+from __future__ import annotations
+
+import functools
+import json
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from spotsafe import CheckpointConfig, Checkpointer
+from spotsafe.bench.nodes import Nodes
+from spotsafe.errors import ConfigError
+from spotsafe_harness import run_ranks
+
+TRAIN = "import sys; from spotsafe.examples.train import main; sys.exit(main())"
+DURABLE_EVERY = 10
+
+
+def two_nodes(root: Path, steps: int, size: str = "small", every: int = 5) -> Nodes:
+    memory = [root / "node0", root / "node1"]
+    return Nodes(f"file://{root}/bucket", memory, _args(steps, size), every)
+
+
+def _args(steps: int, size: str) -> list[str]:
+    return ["--steps", str(steps), "--size", size, "--every-steps", str(DURABLE_EVERY),
+            "--seed", "5"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, str], str]:
+    """Weights of the same two-rank run with no interruption and no memory tier."""
+
+    @functools.cache
+    def weights(steps: int, size: str) -> str:
+        uri = f"file://{tmp_path_factory.mktemp('uninterrupted')}"
+        ranks = run_ranks(TRAIN, *_args(steps, size), "--checkpoint-uri", uri)
+        assert [r.returncode for r in ranks] == [0, 0], ranks[1].stderr[-3000:]
+        return json.loads(ranks[0].stdout.splitlines()[-1])["weights_sha256"]
+
+    return weights
+
+
+def test_a_lost_node_then_a_lost_pair_then_a_corrupt_copy(
+    tmp_path: Path, uninterrupted: Callable[[int, str], str]
+) -> None:
+    nodes = two_nodes(tmp_path, 70)
+
+    # 1. Node 1 vanishes: its rank restarts on a new node and fetches its snapshot from node 0,
+    #    which kept it; node 0's rank reads its own. At most MEMORY_EVERY steps are lost.
+    nodes.start()
+    nodes.wait(nodes.holds(15, 10))
+    nodes.kill(1)
+    nodes.lose_memory(1)
+    kept, durable, reached = max(nodes.all_held(0)), nodes.committed(), nodes.reached()
+    assert kept > durable
+    nodes.start()
+    nodes.wait(nodes.holds(35, 30))
+    # 2. Both nodes vanish at once: the bucket's newest checkpoint, as the durable interval says.
+    nodes.kill(0, 1)
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(kept, "memory")] * 2
+    assert f"fetching rank 1's step {kept} from rank 0" in nodes.log(1)
+    assert reached - kept <= nodes.every
+    nodes.lose_memory(0, 1)
+    durable, reached = nodes.committed(), nodes.reached()
+    nodes.start()
+    nodes.wait(nodes.holds(55, 50))
+    # 3. Node 1 vanishes and node 0's copy of rank 1's snapshot is corrupt: refused, the bucket.
+    nodes.kill(1)
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(durable, "bucket")] * 2
+    assert reached - durable <= DURABLE_EVERY
+    nodes.lose_memory(1)
+    kept, durable = max(nodes.all_held(0)), nodes.committed()
+    copy = next(nodes.memory[0].glob(f"*/rank-1/step-{kept}.pt"))
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    copy.write_bytes(data)
+    nodes.start()
+    result = json.loads(nodes.finish())
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(durable, "bucket")] * 2
+    assert f"memory checkpoint at step {kept} refused" in nodes.log(1)
+    assert "does not match its CRC32C" in nodes.log(1)
+    assert result["final_step"] == 70
+    assert result["weights_sha256"] == uninterrupted(70, "small")
+
+
+def test_kills_during_a_memory_save_and_during_a_peer_restore(
+    tmp_path: Path, uninterrupted: Callable[[int, str], str]
+) -> None:
+    nodes = two_nodes(tmp_path, 8, size="medium", every=2)  # ~107 MB a rank: transfers take a while
+
+    # 1. Node 1 vanishes while its rank sends a snapshot to node 0: that step never counts.
+    nodes.start()
+    sending = lambda: list(nodes.memory[0].glob("*/rank-1/step-*.tmp"))  # noqa: E731
+    nodes.wait(lambda: nodes.all_held(0) and sending())
+    [partial] = sending()
+    nodes.kill(1)
+    nodes.lose_memory(1)
+    assert not partial.exists(), "node 0 kept a partial copy"
+    assert int(partial.stem[5:]) not in nodes.held(0, 1)
+    kept = max(nodes.all_held(0))
+
+    # 2. Its replacement is killed while it fetches its snapshot from node 0.
+    nodes.start()
+    nodes.wait(lambda: "fetching rank 1's step" in nodes.log(1))
+    nodes.kill(1)
+    assert f"fetching rank 1's step {kept} from rank 0" in nodes.log(1)
+    assert nodes.resumed_from(1) is None, "the kill landed after the restore"
+
+    # 3. The next replacement fetches it whole; node 0's copy served every attempt.
+    nodes.start()
+    result = json.loads(nodes.finish())
+    assert [nodes.resumed_from(rank) for rank in (0, 1)] == [(kept, "memory")] * 2
+    assert result["final_step"] == 8
+    assert result["weights_sha256"] == uninterrupted(8, "medium")
+
+
+def test_a_bad_cadence_and_a_run_of_one_node_are_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTSAFE_MEMORY_EVERY_STEPS", "often")
+    with pytest.raises(ConfigError, match=r"^SPOTSAFE_MEMORY_EVERY_STEPS='often' must be a whole"):
+        CheckpointConfig()
+    monkeypatch.setenv("SPOTSAFE_MEMORY_EVERY_STEPS", "5")
+    with pytest.raises(ConfigError, match=r"peer on another node, and this run has one node"):
+        Checkpointer(f"file://{tmp_path}", memory_dir=str(tmp_path / "memory"))
+    assert list(tmp_path.iterdir()) == [], "refused only after writing"
+
+
+# A row-sharded DTensor (as FSDP keeps parameters) under the memory tier.
+SHARDED = textwrap.dedent(
+    """
+    import sys, torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from spotsafe import Checkpointer, Extras
+    from spotsafe.errors import ConfigError
+
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    weight = distribute_tensor(torch.ones(8, 6), mesh, [Shard(0)])
+    ckpt = Checkpointer(sys.argv[1], memory_every_steps=1, memory_dir=sys.argv[2])
+    try:
+        ckpt.maybe_save(1, {"model": Extras(weight=weight)})
+    except ConfigError as e:
+        print(e, flush=True)
+    """
+)
+
+
+def test_a_sharded_state_is_refused_at_its_first_memory_save(tmp_path: Path) -> None:
+    ranks = run_ranks(SHARDED, f"file://{tmp_path}/bucket", str(tmp_path / "memory"))
+    assert [r.stdout.strip() for r in ranks] == [
+        "state['model'] holds a sharded DTensor at model/weight: the memory tier keeps "
+        "replicated (DDP) states only; unset SPOTSAFE_MEMORY_EVERY_STEPS"
+    ] * 2, ranks[0].stderr[-3000:]
