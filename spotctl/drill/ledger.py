@@ -128,7 +128,8 @@ def _run(metric: dict[str, str]) -> str:
     return f"{metric.get('namespace', '')}/{metric.get('run', '')}"
 
 
-def _value(sample: dict) -> float:
+def sample_value(sample: dict) -> float:
+    """An instant query's sample as a number; a NaN or infinity (an empty ratio) as 0."""
     value = float(sample["value"][1])
     return value if math.isfinite(value) else 0.0
 
@@ -167,18 +168,18 @@ def read(prometheus: Prometheus, start: float, end: float) -> tuple[dict[str, di
         )
 
     for sample in prometheus.query(sent["goodput_s"], end):
-        run(sample["metric"])["goodput_s"] += _value(sample)
+        run(sample["metric"])["goodput_s"] += sample_value(sample)
     for name in ("badput_s", "pod_badput_s"):
         for sample in prometheus.query(sent[name], end):
             cause = sample["metric"].get("cause")
             if cause in CAUSES:
-                run(sample["metric"])["badput_s"][cause] += _value(sample)
+                run(sample["metric"])["badput_s"][cause] += sample_value(sample)
     for sample in prometheus.query(sent["notices"], end):
         notices = run(sample["metric"])["notices"]
         source = sample["metric"].get("source", "unknown")
-        notices[source] = notices.get(source, 0) + round(_value(sample))
+        notices[source] = notices.get(source, 0) + round(sample_value(sample))
     for sample in prometheus.query(sent["lost_steps"], end):
-        run(sample["metric"])["lost_steps"] += round(_value(sample))
+        run(sample["metric"])["lost_steps"] += round(sample_value(sample))
     step = max(TRAINING_STEP_S, (end - start) / 1000)
     # Prometheus reads the window's edges to the millisecond: its points start at start's.
     edges = round(start, 3), round(end, 3)

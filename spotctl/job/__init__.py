@@ -100,7 +100,7 @@ def command(
 
     from components.config.files import ProgramInputError, find_program
     from components.config.loading import read_stack
-    from spotctl.job.interval import planned
+    from spotctl.job.interval import node_type, planned
     from spotctl.job.request import JobError, Request, final_save_fits, place
     from spotctl.plan import INPUT_ERRORS
 
@@ -109,7 +109,10 @@ def command(
         program = program or find_program(Path.cwd())
         settings = read_stack(program, stack, "--stack")
         placed = place(settings, stack, request)
-        plan = planned(stack, program, placed.gpu_class.name, nodes, state_gib, step_s, job_hours)
+        node = node_type(settings, placed.gpu_class, placed.gpus_per_node)
+        plan = planned(
+            stack, program, placed.gpu_class.name, node, nodes, state_gib, step_s, job_hours
+        )
         final_save_fits(plan, state_gib, nodes)
     except (ProgramInputError, JobError, *INPUT_ERRORS) as exc:
         raise _refuse(str(exc)) from None

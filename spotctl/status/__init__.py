@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import typer
 
+from spotctl.outputs import OutputError, output_file
+
 TOKEN_ENV = "SPOTCTL_PROMETHEUS_TOKEN"
 """A bearer token for Prometheus, when its endpoint asks for one."""
 DURATION = re.compile(r"[1-9][0-9]*[smhdwy]")
@@ -68,6 +70,11 @@ def command(
         _fail(f"--since {since!r} is not a Prometheus duration such as 30m, 12h or 7d")
     if not 0 < fresh < float("inf"):
         _fail(f"--fresh must be a positive number of seconds, not {fresh:g}")
+    if json_path is not None:
+        try:
+            output_file(json_path, "--json")
+        except OutputError as exc:
+            _fail(str(exc))
 
     from rich.console import Console
 
@@ -88,6 +95,5 @@ def command(
         console.print(table)
     if json_path is not None:
         status = {"prometheus": prometheus, "at": at, "since": since, "queries": sent, "runs": runs}
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(status, indent=2, allow_nan=False) + "\n")
         console.print(f"status: {json_path}")

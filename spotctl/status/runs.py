@@ -16,13 +16,12 @@ the stack's GPU-hour prices (components/k8s/prices.py), the same recordings the 
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from typing import Any
 
 from spotsafe.goodput import CAUSES, IDLE_NODES, LOST_WORK
 
-from spotctl.drill.ledger import Prometheus
+from spotctl.drill.ledger import Prometheus, sample_value
 
 RUN_CAUSES = tuple(cause for cause in CAUSES if cause != IDLE_NODES)
 """A run's badput causes: an idle node belongs to no run."""
@@ -72,11 +71,6 @@ def queries(namespace: str | None, run: str | None, since: str, fresh_s: float) 
     }
 
 
-def _value(sample: dict) -> float:
-    value = float(sample["value"][1])
-    return value if math.isfinite(value) else 0.0
-
-
 def _process(metric: dict[str, str]) -> tuple[str, str, str, str]:
     return (
         metric.get("namespace", ""),
@@ -107,22 +101,22 @@ def read(
         lambda: {"badput_s": dict.fromkeys(RUN_CAUSES, 0.0), "notices": {}}
     )
     for sample in answers["goodput_s"]:
-        processes[_process(sample["metric"])]["goodput_s"] = _value(sample)
+        processes[_process(sample["metric"])]["goodput_s"] = sample_value(sample)
     for sample in answers["badput_s"]:
         cause = sample["metric"].get("cause")
         if cause in RUN_CAUSES:
-            processes[_process(sample["metric"])]["badput_s"][cause] += _value(sample)
+            processes[_process(sample["metric"])]["badput_s"][cause] += sample_value(sample)
     for name in ("attempt", "resumed_from", "redo_until", "reached"):
         for sample in answers[name]:
             key = _process(sample["metric"])
             if key in processes:
-                processes[key][name] = round(_value(sample))
+                processes[key][name] = round(sample_value(sample))
     for sample in answers["notices"]:
         key = _process(sample["metric"])
-        if key in processes and _value(sample) > 0:
+        if key in processes and sample_value(sample) > 0:
             source = sample["metric"].get("source", UNKNOWN)
-            processes[key]["notices"][source] = round(_value(sample))
-    stepping = {_process(s["metric"]) for s in answers["stepping"] if _value(s) > 0}
+            processes[key]["notices"][source] = round(sample_value(sample))
+    stepping = {_process(s["metric"]) for s in answers["stepping"] if sample_value(s) > 0}
     placement = {
         (s["metric"].get("namespace", ""), s["metric"].get("pod", "")): (
             s["metric"].get("label_gpu_class", UNKNOWN),
@@ -131,7 +125,9 @@ def read(
         for s in answers["placement"]
     }
     prices = {
-        (s["metric"].get("label_gpu_class"), s["metric"].get("label_capacity_type")): _value(s)
+        (s["metric"].get("label_gpu_class"), s["metric"].get("label_capacity_type")): sample_value(
+            s
+        )
         for s in answers["prices"]
     }
     pod_badput: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
@@ -139,7 +135,7 @@ def read(
         cause = sample["metric"].get("cause")
         if cause in RUN_CAUSES:
             pod = (sample["metric"].get("namespace", ""), sample["metric"].get("pod", ""))
-            pod_badput[pod][cause] = _value(sample)
+            pod_badput[pod][cause] = sample_value(sample)
     by_run: dict[tuple[str, str], list] = defaultdict(list)
     for key, process in processes.items():
         process.update(

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from components.config import load_config
 from components.k8s.jobs import PREEMPTED_EXIT_CODE
 from spotctl.cli import app
-from spotctl.job.interval import GB_PER_GIB, planned
+from spotctl.job.interval import GB_PER_GIB, node_type, planned
 from spotctl.job.manifest import Written, problems, write_job
 from spotctl.job.request import JobError, Request, place
 from spotctl.preview.aws import ACCOUNT_ID
@@ -62,7 +62,10 @@ def write(stacks: dict, stack: str, nodes: int = 1, **changes) -> tuple:
         }
     )
     placed = place(settings, stack, request)
-    plan = planned(stack, REPO_ROOT, placed.gpu_class.name, nodes, STATE_GIB, STEP_S, JOB_HOURS)
+    node = node_type(settings, placed.gpu_class, placed.gpus_per_node)
+    plan = planned(
+        stack, REPO_ROOT, placed.gpu_class.name, node, nodes, STATE_GIB, STEP_S, JOB_HOURS
+    )
     written = write_job(settings, resources, rendered, request, placed, plan)
     return settings, written, plan, rendered
 
@@ -182,6 +185,7 @@ def test_the_interval_is_the_planners_for_the_stack(
 ) -> None:
     settings, written, _, _ = write(stacks, stack, nodes)
     [gpu_class] = settings.gpu_classes  # the one class each of these stacks has
+    node = node_type(settings, gpu_class, 1)  # the Job's pods ask for one GPU here
     out = tmp_path / "plan.json"
     result = CliRunner().invoke(
         app,
@@ -191,6 +195,8 @@ def test_the_interval_is_the_planners_for_the_stack(
             stack,
             "--class",
             gpu_class.name,
+            "--instance-type",
+            node,
             "--program",
             str(REPO_ROOT),
             "--state-gb",
@@ -286,3 +292,14 @@ def test_the_cli_prints_the_job_or_writes_it(stacks: dict, tmp_path: Path) -> No
     written_out = CliRunner().invoke(app, [*BASE, "-o", str(out), *words])
     assert written_out.exit_code == 0 and written_out.stdout == ""
     assert yaml.safe_load(out.read_text()) == written.job
+
+
+def test_the_interval_is_planned_for_the_node_the_pods_are_packed_on() -> None:
+    # prod's H100 class has an 8-GPU and a 1-GPU type: a pod of one GPU lands on the small one,
+    # whose band and prices the run meets, and whose GPUs count against the spot capacity.
+    settings = load_config(stack_values("prod"))
+    h100 = next(c for c in settings.gpu_classes if c.name == "h100-80gb")
+    assert node_type(settings, h100, 8) == "p5.48xlarge"
+    assert node_type(settings, h100, 1) == "p5.4xlarge"
+    nine = planned("prod", REPO_ROOT, h100.name, "p5.4xlarge", 9, 1.0, STEP_S, JOB_HOURS)
+    assert nine.every_steps() >= 1  # 9 one-GPU nodes fit the class's spot GPUs; 9 of 8 would not

@@ -21,9 +21,15 @@ TRAIN = "import sys; from spotsafe.examples.train import main; sys.exit(main())"
 DURABLE_EVERY = 10
 
 
+# The small model's steps paced to this, so a kill lands within a step of the moment the test
+# sees (unpaced, an idle machine trains several steps, past the next save, meanwhile).
+SMALL_STEP_S = 0.02
+
+
 def two_nodes(root: Path, steps: int, size: str = "small", every: int = 5) -> Nodes:
     memory = [root / "node0", root / "node1"]
-    return Nodes(f"file://{root}/bucket", memory, _args(steps, size), every)
+    paced = ["--step-s", str(SMALL_STEP_S)] if size == "small" else []
+    return Nodes(f"file://{root}/bucket", memory, [*_args(steps, size), *paced], every)
 
 
 def _args(steps: int, size: str) -> list[str]:
@@ -95,9 +101,15 @@ def test_kills_during_a_memory_save_and_during_a_peer_restore(
 
     # 1. Node 1 vanishes while its rank sends a snapshot to node 0: that step never counts.
     nodes.start()
-    sending = lambda: list(nodes.memory[0].glob("*/rank-1/step-*.tmp"))  # noqa: E731
-    nodes.wait(lambda: nodes.all_held(0) and sending())
-    [partial] = sending()
+    partials: list[Path] = []
+
+    def mid_send() -> bool:  # the partial file as seen, not looked up again once it is renamed
+        found = nodes.memory[0].glob("*/rank-1/step-*.tmp")
+        partials[:] = [p for p in found if not p.name.endswith(".json.tmp")]  # the data file
+        return bool(nodes.all_held(0)) and bool(partials)
+
+    nodes.wait(mid_send)
+    [partial] = partials
     nodes.kill(1)
     nodes.lose_memory(1)
     assert not partial.exists(), "node 0 kept a partial copy"

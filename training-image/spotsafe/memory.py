@@ -21,16 +21,20 @@ Transport: a plain TCP connection per transfer, to a small server each rank runs
 It needs nothing from the training's process group, so it never meets NCCL's or gloo's
 collectives, and it keeps serving whatever the group goes through: a gloo or NCCL group's
 lifetime is tied to the failure that tears it down, exactly when a replacement needs the copy.
-Peers learn each other's address through one all_gather when the Checkpointer starts.
+Peers learn each other's address through one all_gather when the Checkpointer starts, and
+with it a random token of this attempt (rank 0's) that every request must carry: a pod that can
+reach the port but is not one of the run's ranks can neither read a snapshot nor plant one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import mmap
 import os
+import secrets
 import socket
 import socketserver
 import threading
@@ -50,6 +54,8 @@ log = logging.getLogger("spotsafe")
 
 KEPT = 2  # steps kept per rank: a save in progress never leaves a rank with none complete
 _CHUNK = 1 << 20
+# Seconds a transfer may stall before the peer is taken for gone.
+PEER_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,12 @@ class Shelf:
                 continue  # deleted meanwhile, or not ours: never a candidate
         return found
 
+    def drop_partial(self, rank: int) -> None:
+        """Delete a rank's files cut short by a kill mid-write or mid-receive: never read, but
+        each holds up to a whole state in the node's memory."""
+        for partial in (self.root / f"rank-{rank}").glob("*.tmp"):
+            partial.unlink(missing_ok=True)
+
     def path(self, rank: int, step: int) -> Path:
         return self.root / f"rank-{rank}" / f"step-{step}.pt"
 
@@ -124,6 +136,8 @@ class Shelf:
         os.replace(meta.with_suffix(".json.tmp"), meta)
         steps = sorted(int(p.stem.removeprefix("step-")) for p in path.parent.glob("step-*.json"))
         for old in steps[:-KEPT]:
+            if old == held.step:  # a fetched older step is about to be loaded: keep it
+                continue
             for suffix in (".json", ".pt"):  # the description first: then it is simply gone
                 self.path(held.rank, old).with_suffix(suffix).unlink(missing_ok=True)
         return held
@@ -169,10 +183,14 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         tier: MemoryTier = self.server.tier
+        # A peer whose node vanished sends no FIN: give up on it rather than wait for good.
+        self.request.settimeout(PEER_TIMEOUT_S)
         try:
             request = _recv_line(self.request)
             if request.get("run") != tier.run:
                 raise ValueError("a snapshot of another run")
+            if not tier.token or not hmac.compare_digest(str(request.get("token")), tier.token):
+                raise ValueError("a request without this attempt's token")
             if request["op"] == "put":
                 tier.receive(self.request, request)
             else:
@@ -199,13 +217,20 @@ class MemoryTier:
         self._staging: dict[str, torch.Tensor] = {}
         self._pending: Future | None = None
         self._warned = False
+        self.token = ""  # none is accepted before the ranks have agreed on one
+        # What a kill cut short here, in this rank's files and in those of the rank it keeps
+        # replicas for, before anything is written there again.
+        self.shelf.drop_partial(self.rank)
+        self.shelf.drop_partial((self.rank - local) % self.world_size)
         self._server = _Server(self)
         threading.Thread(
             target=self._server.serve_forever, name="spotsafe-memory-server", daemon=True
         ).start()
-        me = (_reachable_host(), self._server.server_address[1])
-        self.addresses: list[tuple[str, int]] = [me] * self.world_size
-        dist.all_gather_object(self.addresses, me)  # every rank's, in rank order
+        me = (_reachable_host(), self._server.server_address[1], secrets.token_hex(16))
+        gathered: list[tuple[str, int, str]] = [me] * self.world_size
+        dist.all_gather_object(gathered, me)  # every rank's, in rank order
+        self.addresses = [(host, port) for host, port, _ in gathered]
+        self.token = gathered[0][2]
 
     # ---- save --------------------------------------------------------------------------------
 
@@ -235,11 +260,18 @@ class MemoryTier:
 
     def _push(self, held: Held) -> None:
         with (
-            socket.create_connection(self.addresses[self.buddy], timeout=60) as conn,
+            socket.create_connection(self.addresses[self.buddy], timeout=PEER_TIMEOUT_S) as conn,
             open(self.shelf.path(held.rank, held.step), "rb") as file,
         ):
             _send_line(
-                conn, {"op": "put", "run": self.run, "attempt": self.attempt, **asdict(held)}
+                conn,
+                {
+                    "op": "put",
+                    "run": self.run,
+                    "token": self.token,
+                    "attempt": self.attempt,
+                    **asdict(held),
+                },
             )
             conn.sendfile(file)
             reply = _recv_line(conn)
@@ -318,17 +350,26 @@ class MemoryTier:
                         raise ValueError(f"step {step} does not match its CRC32C")
                 else:
                     log.info("fetching rank %d's step %d from %s", self.rank, step, where)
-                    with socket.create_connection(self.addresses[node], timeout=60) as conn:
-                        request = {"op": "get", "run": self.run, "rank": self.rank, "step": step}
+                    with socket.create_connection(
+                        self.addresses[node], timeout=PEER_TIMEOUT_S
+                    ) as conn:
+                        request = {
+                            "op": "get",
+                            "run": self.run,
+                            "token": self.token,
+                            "rank": self.rank,
+                            "step": step,
+                        }
                         _send_line(conn, request)
                         self.shelf.put(held, _receiving(conn, held))
-            except (OSError, ValueError) as e:
+                # Mapped privately, not read: the load copies each tensor at most once, and
+                # the training's in-place updates never reach the file.
+                payload = torch.load(path, mmap=True, map_location="cpu", weights_only=True)
+            except Exception as e:  # noqa: BLE001 - any copy that cannot be read is refused
                 problems.append(f"{where}: {e}")
                 continue
             log.info("memory checkpoint of rank %d at step %d from %s", self.rank, step, where)
-            # Mapped privately, not read: the load copies each tensor at most once, and the
-            # training's in-place updates never reach the file.
-            return torch.load(path, mmap=True, map_location="cpu", weights_only=True)
+            return payload
         raise CorruptCheckpointError("; ".join(problems))
 
     def wait(self) -> None:

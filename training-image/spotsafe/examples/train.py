@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import sys
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -50,6 +51,8 @@ class TrainConfig:
     seed: int = 0
     size: str = "small"
     device: str = "cpu"
+    step_s: float = 0.0
+    """Seconds a step lasts at least: a larger model's step, so a signal can aim at one."""
 
 
 def build_model(size: str) -> nn.Module:
@@ -153,6 +156,7 @@ def run(cfg: TrainConfig, checkpointer: Checkpointer | None = None) -> dict[str,
         with Run(ckpt, state) as training:
             for _ in training.steps(cfg.steps):
                 train_step(cfg, model, state)
+                time.sleep(cfg.step_s)
     except Preempted as stop:
         final = stop.report
     return {
@@ -177,11 +181,18 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (+ local rank)"
     )
+    p.add_argument("--step-s", type=float, default=0.0, help="seconds a step lasts at least")
     args = p.parse_args(argv)
-    if args.steps < 0 or args.every_steps < 1:
-        p.error("--steps must be >= 0 and --every-steps >= 1")
+    if args.steps < 0 or args.every_steps < 1 or args.step_s < 0:
+        p.error("--steps must be >= 0, --every-steps >= 1 and --step-s >= 0")
     cfg = TrainConfig(
-        args.steps, args.checkpoint_uri, args.every_steps, args.seed, args.size, args.device
+        args.steps,
+        args.checkpoint_uri,
+        args.every_steps,
+        args.seed,
+        args.size,
+        args.device,
+        args.step_s,
     )
     return cfg, args
 

@@ -3,7 +3,6 @@ from here; the package's ``open_store`` picks a backend by the URI's scheme."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,9 +20,6 @@ class ObjectStore(Protocol):
 
     def put(self, key: str, data: bytes | bytearray | memoryview) -> Written:
         """Write (or overwrite) one object."""
-
-    def put_file(self, key: str, path: str | os.PathLike) -> Written:
-        """Write one object from a local file, streamed."""
 
     def writer(self, key: str, size_hint: int = 0) -> PartWriter:
         """A stream into one object, stored when the ``with`` block around it ends."""

@@ -11,8 +11,6 @@ service to check, and the manifest records it for restore to check again.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from abc import ABC, abstractmethod
 from collections import deque
 from concurrent.futures import Executor, Future, wait
@@ -196,8 +194,3 @@ class PartStore(ABC):
         if mine:
             log.info("%s is this write's own: its first answer was lost, and a retry refused", key)
         return mine
-
-    def put_file(self, key: str, path: str | os.PathLike) -> Written:
-        with open(path, "rb") as f, self.writer(key, os.fstat(f.fileno()).st_size) as out:
-            shutil.copyfileobj(f, out, PART_SIZE)
-        return out.written
