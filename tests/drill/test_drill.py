@@ -24,10 +24,13 @@ STALL_S = 120
 """The drill's deadline: steps that stop advancing this long end it."""
 SILENT_S = 900
 """No output this long: stuck outside the arms (the references run silently, in minutes)."""
+# Jobs long enough that the seeded schedule's notices find pods on an idle machine too, where
+# the small model trains about 1,500 steps a second.
+SMALL_STEPS = 5000
 SMALL_DRILL = [
     "--seed", "3",
     "--jobs", "2",
-    "--steps", "2500",
+    "--steps", str(SMALL_STEPS),
     "--every-steps", "100",
     "--spot-nodes", "2",
     "--on-demand-nodes", "1",
@@ -146,7 +149,7 @@ def test_requeued_jobs_take_on_demand_only_after_the_wait(report: dict) -> None:
             stopped_at[event["job"]] = event["t"]
         elif event["kind"] == "placed" and event["job"] in stopped_at:
             from_step = int(event["detail"].removeprefix("from step "))
-            if event["node"].startswith("od-") and from_step < 0.8 * 2500:
+            if event["node"].startswith("od-") and from_step < 0.8 * SMALL_STEPS:
                 on_demand_placements += 1
                 assert event["t"] - stopped_at[event["job"]] >= 2.0 - 0.05, event
                 assert event["waited_s"] >= 2.0 - 0.05, event
