@@ -21,14 +21,16 @@ TRAIN = "import sys; from spotsafe.examples.train import main; sys.exit(main())"
 DURABLE_EVERY = 10
 
 
-# The small model's steps paced to this, so a kill lands within a step of the moment the test
-# sees (unpaced, an idle machine trains several steps, past the next save, meanwhile).
-SMALL_STEP_S = 0.02
+# Steps paced so a kill lands within a step of the moment the test sees (unpaced, an idle machine
+# trains several steps, past the next save, meanwhile), and so the medium model's replicas keep
+# up with its own saves: a node's own snapshots run ahead of the replicas it receives, and two
+# own saves past a replica still in flight leave it no step that both hold.
+STEP_S = {"small": 0.02, "medium": 0.5}
 
 
 def two_nodes(root: Path, steps: int, size: str = "small", every: int = 5) -> Nodes:
     memory = [root / "node0", root / "node1"]
-    paced = ["--step-s", str(SMALL_STEP_S)] if size == "small" else []
+    paced = ["--step-s", str(STEP_S[size])]
     return Nodes(f"file://{root}/bucket", memory, [*_args(steps, size), *paced], every)
 
 
