@@ -46,9 +46,14 @@ class ProviderData:
     gcp_spot_band_why: str
     rows: dict[tuple[str, str, str], Row]
     """(cloud, region, instance type) -> its row."""
+    network: dict[tuple[str, str], tuple[float, str]]
+    """(cloud, instance type) -> its published network bandwidth in Gbit/s, and the source."""
 
     def row(self, cloud: str, region: str, instance_type: str) -> Row | None:
         return self.rows.get((cloud, region, instance_type))
+
+    def network_gbps(self, cloud: str, instance_type: str) -> tuple[float, str] | None:
+        return self.network.get((cloud, instance_type))
 
 
 def read(path: Path = DATA_FILE) -> ProviderData:
@@ -108,6 +113,18 @@ def read(path: Path = DATA_FILE) -> ProviderData:
                     sources=tuple(" ".join(str(sources[key]).split()) for key in keys),
                     estimate=" ".join(row["estimate"].split()) if row.get("estimate") else None,
                 )
+    network = {}
+    for cloud, section in (document.get("network") or {}).items():
+        where = f"network.{cloud}."
+        if not isinstance(section, dict):
+            raise ProviderDataError(f"{path}: network.{cloud} is not a mapping")
+        source = need(section, "source", str, where)
+        if source not in sources:
+            raise ProviderDataError(f"{path}: {where}source: {source!r} is not in sources")
+        for name, gbps in need(section, "gbps", dict, where).items():
+            if isinstance(gbps, bool) or not isinstance(gbps, int | float) or gbps <= 0:
+                raise ProviderDataError(f"{path}: {where}gbps.{name} must be a positive number")
+            network[cloud, name] = (float(gbps), " ".join(str(sources[source]).split()))
     return ProviderData(
         path=path,
         date=need(document, "date", date, ""),
@@ -116,6 +133,7 @@ def read(path: Path = DATA_FILE) -> ProviderData:
         gcp_spot_band=gcp_band,
         gcp_spot_band_why=" ".join(need(gcp, "why", str, "gcp_spot_band.").split()),
         rows=rows,
+        network=network,
     )
 
 

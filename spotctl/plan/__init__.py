@@ -22,7 +22,7 @@ import typer
 from spotctl.drill.config import Prices
 from spotctl.options import ProgramOption, choices
 from spotctl.outputs import OutputError, fail, output_file
-from spotctl.plan import costs
+from spotctl.plan import costs, tiers
 from spotctl.plan.model import HOUR_S, Scenario, SpotJob, expected, interval_s
 from spotctl.plan.node_start import (
     CACHE,
@@ -121,6 +121,10 @@ class Inputs:
     gpu_class: str | None = None
     instance_type: str | None = None
     provider_data: Path | None = None
+    memory_rank_gb: float | None = None
+    memory_copy_gb_per_s: float = tiers.HOST_COPY_GB_PER_S
+    peer_gbps: float | None = None
+    memory_survives: float = tiers.SURVIVES
 
 
 def scenario(i: Inputs) -> Scenario:
@@ -241,7 +245,68 @@ def scenario(i: Inputs) -> Scenario:
         sized = None
     else:
         sized = partial(measured.at if measured else costs.from_size, node_start_s=start.total_s)
-    return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions)
+    memory = _memory(i, state_gb, offer)
+    if not isinstance(memory, str):
+        assumptions.update(_memory_assumptions(i, memory, offer))
+    return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions, memory)
+
+
+def _memory(i: Inputs, state_gb: float, offer: ClassOffer | None) -> tiers.MemoryCosts | str:
+    """The memory tier's costs on a node of the job, or why it does not apply."""
+    if i.nodes < 2:
+        return "needs 2+ nodes: each rank's copy is kept on a peer node"
+    rank_gb = state_gb if i.memory_rank_gb is None else i.memory_rank_gb
+    if i.memory_rank_gb is None and offer and rank_gb > offer.gpu_memory_gib * costs.GB_PER_GIB:
+        return (
+            f"keeps replicated (DDP) states, whole on every rank, and {state_gb:g} GB does not "
+            f"fit one {offer.gpu_memory_gib} GiB GPU; --memory-rank-gb plans it for what a rank "
+            "holds"
+        )
+    if i.peer_gbps is not None:
+        peer = i.peer_gbps
+    elif offer is None:
+        peer = tiers.DEFAULT_PEER_GBPS
+    elif offer.network is None:
+        raise _no_row(offer, "--peer-gbps", "network figure")
+    else:
+        peer = offer.network[0]
+    return tiers.MemoryCosts(
+        rank_gb=rank_gb,
+        ranks_per_node=offer.gpus_per_node if offer else 1,
+        copy_gb_per_s=i.memory_copy_gb_per_s,
+        peer_gbps=peer,
+        flow_gbps=tiers.AWS_FLOW_GBPS if i.cloud == "aws" else None,
+        survives=i.memory_survives,
+    )
+
+
+def _memory_assumptions(i: Inputs, memory: tiers.MemoryCosts, offer: ClassOffer | None) -> dict:
+    return {
+        "memory_rank_gb": memory.rank_gb,
+        "memory_rank_gb_source": "--memory-rank-gb"
+        if i.memory_rank_gb is not None
+        else "the whole state: the memory tier keeps replicated (DDP) states, whole on every rank",
+        "memory_ranks_per_node": memory.ranks_per_node,
+        "memory_copy_gb_per_s": memory.copy_gb_per_s,
+        "memory_copy_source": "--memory-copy-gb-per-s"
+        if i.memory_copy_gb_per_s != tiers.HOST_COPY_GB_PER_S
+        else "assumed: one rank's copy into host memory, as the durable snapshot's",
+        "peer_gbps": memory.peer_gbps,
+        "peer_gbps_source": "--peer-gbps"
+        if i.peer_gbps is not None
+        else f"{offer.table}: {offer.instance_type}'s, as published"
+        if offer
+        else "assumed without --class: g5's 'up to 10 Gbps'",
+        "peer_gbps_read_from": offer.network[1] if offer and i.peer_gbps is None else None,
+        "flow_gbps": memory.flow_gbps,
+        "flow_gbps_source": "EC2: one TCP flow outside a cluster placement group; one per rank"
+        if memory.flow_gbps
+        else None,
+        "memory_survives": memory.survives,
+        "memory_survives_source": "--memory-survives"
+        if i.memory_survives != tiers.SURVIVES
+        else "assumed: most failures without notice take one host (Llama 3, section 3.3.4)",
+    }
 
 
 def _class_assumptions(offer: ClassOffer) -> dict:
@@ -283,6 +348,9 @@ def _check(i: Inputs) -> None:
         "--checkpoint-s": i.checkpoint_s,
         "--save-s": i.save_s,
         "--image-gb": i.image_gb,
+        "--memory-rank-gb": i.memory_rank_gb,
+        "--memory-copy-gb-per-s": i.memory_copy_gb_per_s,
+        "--peer-gbps": i.peer_gbps,
     }
     non_negative = {
         "--interruptions-per-hour": i.interruptions_per_hour,
@@ -297,6 +365,8 @@ def _check(i: Inputs) -> None:
     for name, value in non_negative.items():
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise PlanError(f"{name} must be zero or more, not {value:g}")
+    if not (math.isfinite(i.memory_survives) and 0 <= i.memory_survives <= 1):
+        raise PlanError(f"--memory-survives must be a share from 0 to 1, not {i.memory_survives:g}")
     if i.cloud not in NOTICE_SECONDS:
         raise PlanError(f"--cloud must be one of {', '.join(NOTICE_SECONDS)}, not {i.cloud!r}")
     if i.image is not None and i.stack is not None:
@@ -401,10 +471,13 @@ def _interruption_rate(i: Inputs, offer: ClassOffer | None) -> tuple[float, str]
     )
 
 
-def _no_row(offer: ClassOffer, option: str) -> StackClassError:
+def _no_row(offer: ClassOffer, option: str, what: str = "") -> StackClassError:
+    missing = (
+        f"{what} for {offer.instance_type}" if what else f"{offer.instance_type} in {offer.region}"
+    )
     return StackClassError(
-        f"--class {offer.gpu_class}: the provider data table has no {offer.instance_type} in "
-        f"{offer.region}; add its row, or pass {option}"
+        f"--class {offer.gpu_class}: the provider data table has no {missing}; add "
+        f"{'it' if what else 'its row'}, or pass {option}"
     )
 
 
@@ -603,6 +676,31 @@ def command(
         Path | None,
         typer.Option(help="The prices and bands table (default: policies/provider-data.yaml)."),
     ] = None,
+    memory_rank_gb: Annotated[
+        float | None,
+        typer.Option(
+            help="Memory tier (2+ nodes): GB one rank's snapshot holds (default: the whole "
+            "--state-gb, as the tier keeps replicated DDP states)."
+        ),
+    ] = None,
+    memory_copy_gb_per_s: Annotated[
+        float,
+        typer.Option(help="Memory tier: GB/s of one rank's copy into host memory."),
+    ] = tiers.HOST_COPY_GB_PER_S,
+    peer_gbps: Annotated[
+        float | None,
+        typer.Option(
+            help="Memory tier: the node's network in Gbit/s, which its copies to the peer node "
+            "share (default: the table's for the --class's type)."
+        ),
+    ] = None,
+    memory_survives: Annotated[
+        float,
+        typer.Option(
+            help="Memory tier: the share of failures without a notice that leave each lost "
+            "node's peer alive."
+        ),
+    ] = tiers.SURVIVES,
     program: ProgramOption = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the plan as JSON here.")
@@ -642,6 +740,10 @@ def command(
         gpu_class=gpu_class,
         instance_type=instance_type,
         provider_data=provider_data,
+        memory_rank_gb=memory_rank_gb,
+        memory_copy_gb_per_s=memory_copy_gb_per_s,
+        peer_gbps=peer_gbps,
+        memory_survives=memory_survives,
     )
     try:
         for path, option in ((json_path, "--json"), (png, "--png")):

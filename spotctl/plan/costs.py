@@ -19,6 +19,7 @@ UPLOAD_GB_PER_S = 1.0
 DOWNLOAD_GB_PER_S = 2.0
 """Ranged parallel download from S3 or GCS to one node (16 Gbit/s)."""
 GB = 1e9
+GB_PER_GIB = 2**30 / GB
 
 
 class CostError(ValueError):

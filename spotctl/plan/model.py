@@ -19,10 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from spotsafe.goodput import BLOCKING_SAVES, FINAL_SAVES, LOST_WORK
 
 from spotctl.plan.costs import Costs
+
+if TYPE_CHECKING:
+    from spotctl.plan.tiers import MemoryCosts
 
 HOUR_S = 3600.0
 RESTARTS = "restarts"
@@ -83,6 +87,8 @@ class Scenario:
     """A node's costs for a shard of so many GB; None where they do not follow the size (a
     drill's measured save, or --save-s)."""
     assumptions: dict
+    memory: MemoryCosts | str
+    """The memory tier's costs on a node, or why it does not apply to the job."""
 
 
 @dataclass(frozen=True)

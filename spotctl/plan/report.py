@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from spotctl.plan import tiers
 from spotctl.plan.model import (
     HOUR_S,
     Scenario,
@@ -71,6 +72,9 @@ def build(s: Scenario) -> dict:
         if badput <= BADPUT_GOAL
         else f"{largest.replace('_', ' ')} ({spot.badput[largest]:.1%} of paid time): "
         + CAUSE_INPUTS[largest],
+        "memory_tier": tiers.off(s.memory)
+        if isinstance(s.memory, str)
+        else tiers.plan(job, s.memory),
         "assumptions": s.assumptions,
     }
 
@@ -235,7 +239,56 @@ def tables(result: dict) -> list:
     if result["final_save_advice"]:
         notes.append("The final save does not fit the notice:")
         notes += [f"  - {line}" for line in result["final_save_advice"]]
-    return [plan, *notes]
+    return [plan, *notes, *_two_tiers(result["memory_tier"], a)]
+
+
+def _two_tiers(memory: dict, a: dict) -> list:
+    """The memory tier beside the durable one, or the line that says why it does not apply."""
+    from rich.table import Table
+
+    if not memory["applies"]:
+        return [f"Memory tier: {memory['why']}."]
+    table = Table(title="Two tiers, against failures without a notice")
+    for column in ("", "memory tier", "durable tier"):
+        table.add_column(column, overflow="fold")
+    rows = [
+        (
+            "interval",
+            f"{memory['memory_interval_s']:.0f} s ({memory['memory_interval_steps']} steps)",
+            f"{memory['durable_interval_s']:.0f} s ({memory['durable_interval_steps']} steps); "
+            f"alone {memory['durable_only_interval_s']:.0f} s",
+        ),
+        (
+            "per save",
+            f"blocks {memory['memory_blocked_s']:.3g} s, held {memory['memory_save_s']:.3g} s",
+            f"blocks {memory['durable_blocked_s']:.3g} s, durable {memory['durable_save_s']:.3g} s",
+        ),
+        ("survives", memory["memory_survives"], memory["durable_survives"]),
+        (
+            "lost per failure",
+            f"{memory['lost_per_failure_s']:.0f} s with both",
+            f"{memory['durable_only_lost_per_failure_s']:.0f} s alone",
+        ),
+        (
+            "badput",
+            f"{memory['badput']:.3%} with both",
+            f"{memory['durable_only_badput']:.3%} alone",
+        ),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    flow = f", at most {a['flow_gbps']:g} Gbps a rank (one TCP flow each)" if a["flow_gbps"] else ""
+    return [
+        table,
+        f"Memory tier: a rank's {a['memory_rank_gb']:.3g} GB ({a['memory_rank_gb_source']}) "
+        f"copied at {a['memory_copy_gb_per_s']:g} GB/s, then into the tmpfs and to the peer: "
+        f"{a['memory_ranks_per_node']} rank(s) a node over {a['peer_gbps']:g} Gbps "
+        f"({a['peer_gbps_source']}){flow}. Survives: {a['memory_survives']:.0%} of failures "
+        f"without a notice ({a['memory_survives_source']}). Holds up to "
+        f"{memory['host_memory_gb_per_node']:.3g} GB of a node's host memory; "
+        + ("pays" if memory["pays"] else "does not pay: its blocking outweighs what it keeps")
+        + ".",
+    ]
 
 
 def chart(s: Scenario, result: dict, path: Path) -> None:

@@ -26,6 +26,7 @@ class ClassOffer:
     region: str
     instance_type: str
     gpus_per_node: int
+    gpu_memory_gib: int
     spot_gpus: int
     on_demand_gpus: int
     row: Row | None
@@ -35,6 +36,9 @@ class ClassOffer:
     band_source: str
     table: str
     """The table's file name, for the sources the plan states."""
+    network: tuple[float, str] | None
+    """The type's network bandwidth in Gbit/s and its source, from the table; None where it has
+    none."""
 
 
 def resolve(
@@ -91,10 +95,12 @@ def resolve(
         region=settings.region,
         instance_type=instance_type,
         gpus_per_node=gpus,
+        gpu_memory_gib=types[instance_type].gpu_memory_gib,
         spot_gpus=gpu_class.spot_gpus,
         on_demand_gpus=gpu_class.on_demand_gpus,
         row=row,
         band=band,
         band_source=source,
         table=data.path.name,
+        network=data.network_gbps(settings.cloud, instance_type),
     )
