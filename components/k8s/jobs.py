@@ -61,6 +61,9 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # Every stop of the gang (a preemption's exit 75, a lost peer's failure) is a restart for the
 # agents that stay; a long run on spot sees many of them.
 ELASTIC_MAX_RESTARTS = 100
+# The pod's /dev/shm (a tmpfs, counted against its memory limit) for data-loader workers; a run
+# with the memory tier adds its copies (`spotctl job`).
+SHM_GIB = 16
 # Unprivileged ids above the host's user range, so a container escape maps to no host user.
 RUN_AS_UID = 10001
 RUN_AS_GID = 10001
@@ -88,7 +91,7 @@ class TrainingJobSpec:
     memory: str = "64Gi"
     gpu_resource: str = "nvidia.com/gpu"
     scratch_size: str = "100Gi"
-    shm_size: str = "16Gi"
+    shm_size: str = f"{SHM_GIB}Gi"
     backoff_limit: int = 3
     labels: dict[str, str] = field(default_factory=dict)
     # Pod annotations, e.g. the provisioner's "never move a running pod".
@@ -107,6 +110,9 @@ class TrainingJobSpec:
     # training as CHECKPOINT_INTERVAL_S and in steps as CHECKPOINT_EVERY_STEPS (0: not planned).
     checkpoint_interval_s: int = 0
     checkpoint_every_steps: int = 0
+    # The memory tier's planned interval in steps (several nodes), SPOTSAFE_MEMORY_EVERY_STEPS
+    # for the runtime, which keeps its copies under /dev/shm (0: off).
+    memory_every_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.notice_seconds < 1:
@@ -128,8 +134,13 @@ class TrainingJobSpec:
             raise ValueError(f"backoff_limit must be >= 0, got {self.backoff_limit}")
         if not self.command:
             raise ValueError("command must not be empty")
-        if self.checkpoint_interval_s < 0 or self.checkpoint_every_steps < 0:
-            raise ValueError("checkpoint_interval_s and checkpoint_every_steps must be >= 0")
+        if (
+            min(self.checkpoint_interval_s, self.checkpoint_every_steps, self.memory_every_steps)
+            < 0
+        ):
+            raise ValueError(
+                "checkpoint_interval_s, checkpoint_every_steps and memory_every_steps must be >= 0"
+            )
 
 
 def class_fields(gpu_class: GpuClass, gpus: int, efa: int, compute_class_label: str | None) -> dict:
@@ -301,6 +312,7 @@ def _interval_env(spec: TrainingJobSpec) -> list[dict]:
     planned = {
         "CHECKPOINT_INTERVAL_S": spec.checkpoint_interval_s,
         "CHECKPOINT_EVERY_STEPS": spec.checkpoint_every_steps,
+        "SPOTSAFE_MEMORY_EVERY_STEPS": spec.memory_every_steps,
     }
     return [{"name": name, "value": str(value)} for name, value in planned.items() if value]
 
@@ -375,7 +387,8 @@ def _pod_spec(spec: TrainingJobSpec, command: list[str], local_ranks: int) -> di
             # The runtime's fast local tier (file:///scratch/...): node-local, gone with the pod.
             {"name": "scratch", "emptyDir": {"sizeLimit": spec.scratch_size}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-            # Data-loader workers share tensors through /dev/shm.
+            # Data-loader workers share tensors through /dev/shm, and the memory tier keeps its
+            # copies there (SPOTSAFE_MEMORY_DIR's default).
             {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
         ],
     }

@@ -5,23 +5,31 @@ writes the Job the stack's own templates would hold for that run: the team's Kue
 priority class, the class's spot-first placement, the grace period of the stack's notice, the
 podFailurePolicy that ignores preemptions, the checkpoint URI under the team's prefix, and the
 planner's checkpoint interval for the run (CHECKPOINT_INTERVAL_S, CHECKPOINT_EVERY_STEPS in the
-container's environment, for the command to save by). The Job is checked as `spotctl render
---validate` checks the stack before it is printed; every refusal is one line naming its flag.
+container's environment, for the command to save by). On several nodes the runtime's memory tier
+saves between durable saves at the planner's memory interval (SPOTSAFE_MEMORY_EVERY_STEPS, the
+durable interval then the two tiers'), its copies in the pod's /dev/shm, sized with the pod's
+memory to hold them. The Job is checked as `spotctl render --validate` checks the stack before
+it is printed; every refusal is one line naming its flag.
 
-The package: `request` (the flags against the stack's config), `manifest` (the Job and its
-checks against the stack's preview), `interval` (the planner's interval for the run).
+The package: `request` (the flags against the stack's config), `memory` (the memory tier's room
+in the pods), `plan` (the node the pods are packed on, and the planner's intervals), `manifest`
+(the Job and its checks against the stack's preview).
 """
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from spotctl.options import ProgramOption, StackOption
 from spotctl.outputs import OutputError, fail, output_file
+
+if TYPE_CHECKING:
+    from spotctl.job.memory import Room
+    from spotctl.plan import Planned
 
 
 def _refuse(message: str, code: int = 2) -> typer.Exit:
@@ -67,6 +75,13 @@ def command(
             "unless the stack names it."
         ),
     ] = None,
+    memory_tier: Annotated[
+        bool,
+        typer.Option(
+            help="On 2+ nodes, save between durable saves in peers' memory (the runtime's memory "
+            "tier; replicated DDP states only: --no-memory-tier for a sharded one)."
+        ),
+    ] = True,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the YAML here, not to stdout.")
     ] = None,
@@ -100,7 +115,7 @@ def command(
 
     from components.config.files import ProgramInputError, find_program
     from components.config.loading import read_stack
-    from spotctl.job.interval import node_type, planned
+    from spotctl.job.plan import plan_run
     from spotctl.job.request import JobError, Request, final_save_fits, place
     from spotctl.plan import INPUT_ERRORS
 
@@ -109,9 +124,8 @@ def command(
         program = program or find_program(Path.cwd())
         settings = read_stack(program, stack, "--stack")
         placed = place(settings, stack, request)
-        node = node_type(settings, placed.gpu_class, placed.gpus_per_node)
-        plan = planned(
-            stack, program, placed.gpu_class.name, node, nodes, state_gib, step_s, job_hours
+        plan, tier = plan_run(
+            settings, stack, program, placed, nodes, state_gib, step_s, job_hours, memory_tier
         )
         final_save_fits(plan, state_gib, nodes)
     except (ProgramInputError, JobError, *INPUT_ERRORS) as exc:
@@ -133,7 +147,15 @@ def command(
         progress.update(stack, "writing and validating the Job")
         rendered = render(resources)
         try:
-            written = write_job(settings, resources, rendered, request, placed, plan)
+            written = write_job(
+                settings,
+                resources,
+                rendered,
+                request,
+                placed,
+                plan,
+                None if isinstance(tier, str) else tier,
+            )
         except JobError as exc:
             progress.close()
             raise _refuse(str(exc)) from None
@@ -147,11 +169,32 @@ def command(
         typer.echo(text, nl=False)
     else:
         output.write_text(text)
+    typer.echo(summary(written.job, plan, tier), err=True)
+
+
+def summary(job: dict, plan: Planned, tier: Room | str) -> str:
+    """One line: the Job, its intervals and what its memory tier takes, or why it has none."""
+    from components.k8s.jobs import SHM_GIB
+
+    spec = job["spec"]
+    nodes = spec.get("completions", 1)
+    [container] = spec["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    gpus = next(v for k, v in container["resources"]["limits"].items() if k.endswith("gpu"))
     kind, on = ("indexed Job", f"{nodes} nodes") if nodes > 1 else ("Job", "1 node")
-    typer.echo(
-        f"{kind} {placed.team.namespace}/{name}: {on} of {placed.gpus_per_node} "
-        f"{placed.gpu_class.name} GPUs; checkpoint every {plan.every_steps()} steps "
-        f"({plan.interval_s:.0f} s, planned for the {plan.band} interruption band); valid "
-        "under the stack's schemas, admission policies and nodes",
-        err=True,
+    line = (
+        f"{kind} {job['metadata']['namespace']}/{job['metadata']['name']}: {on} of {gpus} "
+        f"{plan.inputs['gpu_class']} GPUs; checkpoint every {env['CHECKPOINT_EVERY_STEPS']} steps "
+        f"({env['CHECKPOINT_INTERVAL_S']} s, planned for the "
+        f"{plan.inputs['provider_data']['band']} interruption band)"
     )
+    if not isinstance(tier, str):
+        line += (
+            f", in peers' memory every {env['SPOTSAFE_MEMORY_EVERY_STEPS']} steps (/dev/shm "
+            f"{tier.shelf_gib + SHM_GIB} GiB, memory {tier.pod_memory_gib} GiB a pod; "
+            + ("pays" if plan.memory_tier["pays"] else "does not pay by the plan")
+            + ")"
+        )
+    elif nodes > 1:
+        line += f"; no memory tier: {tier}"
+    return line + "; valid under the stack's schemas, admission policies and nodes"

@@ -22,6 +22,7 @@ from components.config import StackConfig
 from components.config.capacity import efa_interfaces
 from components.config.stack import Team
 from components.k8s.jobs import (
+    SHM_GIB,
     TrainingJobSpec,
     class_fields,
     multi_node_job,
@@ -29,8 +30,9 @@ from components.k8s.jobs import (
     spec_from_document,
 )
 from components.versions import KUBERNETES_VERSION
-from spotctl.job.interval import Planned
+from spotctl.job.memory import Room
 from spotctl.job.request import DIGEST_REFERENCE, JobError, Placed, Request
+from spotctl.plan import Planned
 from spotctl.preview.aws import ACCOUNT_ID
 from spotctl.preview.resources import PreviewResource
 from spotctl.render.manifests import (
@@ -70,8 +72,10 @@ def write_job(
     request: Request,
     placed: Placed,
     planned: Planned,
+    room: Room | None,
 ) -> Written:
-    """The team's Job for the request, from the spec of its templates."""
+    """The team's Job for the request, from the spec of its templates; with the memory tier's
+    `room`, at the two tiers' intervals, its /dev/shm and memory grown to hold its copies."""
     spec, compute_class_label = team_spec(resources, placed.team)
     deployed = {}
     root = spec.checkpoint_root
@@ -80,20 +84,33 @@ def write_job(
         deployed[preview_bucket] = placed.bucket
         root = root.replace(preview_bucket, placed.bucket, 1)
     deployed.update(_repository(rendered, request.image))
+    fields = class_fields(
+        placed.gpu_class,
+        placed.gpus_per_node,
+        efa_interfaces(settings, placed.gpu_class),
+        compute_class_label,
+    )
+    tiers = planned.memory_tier
+    if room is None:
+        intervals = {
+            "checkpoint_interval_s": round(planned.interval_s),
+            "checkpoint_every_steps": planned.interval_steps,
+        }
+    else:
+        intervals = {
+            "checkpoint_interval_s": round(tiers["durable_interval_s"]),
+            "checkpoint_every_steps": tiers["durable_interval_steps"],
+            "memory_every_steps": tiers["memory_interval_steps"],
+            "memory": f"{room.pod_memory_gib}Gi",
+            "shm_size": f"{SHM_GIB + room.shelf_gib}Gi",
+        }
     spec = replace(
         spec,
         name=request.name,
         image=request.image,
         command=request.command,
         checkpoint_root=root,
-        checkpoint_interval_s=round(planned.interval_s),
-        checkpoint_every_steps=planned.every_steps(),
-        **class_fields(
-            placed.gpu_class,
-            placed.gpus_per_node,
-            efa_interfaces(settings, placed.gpu_class),
-            compute_class_label,
-        ),
+        **{**fields, **intervals},
     )
     if request.nodes == 1:
         return Written(single_node_job(spec), deployed)

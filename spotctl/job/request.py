@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from components.catalog import catalog
 from components.config import StackConfig
 from components.config.capacity import allocatable, template_class
 from components.config.stack import GpuClass, Team
-from spotctl.job.interval import Planned
+
+if TYPE_CHECKING:
+    from spotctl.plan import Planned
 
 DIGEST_REFERENCE = re.compile(r"(?P<repository>[a-z0-9][a-z0-9.:/_-]*)@sha256:[0-9a-f]{64}")
 # A Job's name is also the value of its pods' job-name label: a DNS label.

@@ -518,12 +518,19 @@ def _prices(i: Inputs, offer: ClassOffer | None) -> tuple[float, float, str]:
 
 
 @dataclass(frozen=True)
-class ClassInterval:
+class Planned:
+    """A stack's class's plan, for code that writes jobs."""
+
     interval_s: float
-    """Seconds of training between checkpoints."""
+    """Seconds of training between durable saves, the durable tier alone."""
     interval_steps: int
     """The same in steps of `step_s` (the runtime's `every_steps`)."""
     expected_goodput: float
+    job: SpotJob
+    """The job as the planner saw it: its save, its notice, its step."""
+    memory_tier: dict
+    """The two tiers (the plan's JSON `memory_tier`): `applies`, and where it does, each tier's
+    interval in seconds and steps; else `why`."""
     inputs: dict
     """Every input the plan used, with its source: the instance type, region, interruption rate,
     prices, notice, save and restart costs (the plan's JSON `assumptions`)."""
@@ -539,40 +546,41 @@ def planned_interval(
     job_hours: float = DEFAULT_JOB_HOURS,
     instance_type: str | None = None,
     program: Path | None = None,
-) -> ClassInterval:
+) -> Planned:
     """The checkpoint interval `spotctl plan --stack STACK --class GPU_CLASS` plans for a job of
     `state_gb` GB of state (model, optimizer, ...) over `nodes` nodes of the class's instance
     type (default: its type with the most GPUs), at the provider data table's interruption band
     and prices for that type in the stack's region, with the stack's notice and the save and
-    restart costs the state size implies.
+    restart costs the state size implies; on 2+ nodes with the memory tier beside it.
 
     `step_s` (seconds per step) matters only to whether the last step and the final save fit the
-    notice, and to `interval_steps`; `job_hours` only caps the interval. The stack is read from
-    `program` (default: the Pulumi project the current directory is in). Bad input raises one of
-    INPUT_ERRORS, a one-line message naming the option (`--class`, `--nodes`, ...) as the command
-    would.
+    notice, and to the intervals in steps; `job_hours` only caps the interval. The stack is read
+    from `program` (default: the Pulumi project the current directory is in). Bad input raises
+    one of INPUT_ERRORS, a one-line message naming the option (`--class`, `--nodes`, ...) as the
+    command would.
     """
     from spotctl.plan import report
 
-    result = report.build(
-        scenario(
-            Inputs(
-                cloud=None,
-                step_s=step_s,
-                job_hours=job_hours,
-                state_gb=state_gb,
-                nodes=nodes,
-                stack=stack,
-                program=program,
-                gpu_class=gpu_class,
-                instance_type=instance_type,
-            )
+    planned = scenario(
+        Inputs(
+            cloud=None,
+            step_s=step_s,
+            job_hours=job_hours,
+            state_gb=state_gb,
+            nodes=nodes,
+            stack=stack,
+            program=program,
+            gpu_class=gpu_class,
+            instance_type=instance_type,
         )
     )
-    return ClassInterval(
+    result = report.build(planned)
+    return Planned(
         result["interval_s"],
         result["interval_steps"],
         result["expected_goodput"],
+        planned.job,
+        result["memory_tier"],
         result["assumptions"],
     )
 

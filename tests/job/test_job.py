@@ -17,9 +17,11 @@ from typer.testing import CliRunner
 from components.config import load_config
 from components.k8s.jobs import PREEMPTED_EXIT_CODE
 from spotctl.cli import app
-from spotctl.job.interval import GB_PER_GIB, node_type, planned
 from spotctl.job.manifest import Written, problems, write_job
+from spotctl.job.plan import node_type, plan_run
 from spotctl.job.request import JobError, Request, place
+from spotctl.plan import planned_interval
+from spotctl.plan.costs import GB_PER_GIB
 from spotctl.preview.aws import ACCOUNT_ID
 from spotctl.render.manifests import Rendered, render
 
@@ -47,7 +49,7 @@ def image_of(rendered: Rendered) -> str:
     return f"{repository.replace(ACCOUNT_ID, DEPLOYED_ACCOUNT)}@{DIGEST}"
 
 
-def write(stacks: dict, stack: str, nodes: int = 1, **changes) -> tuple:
+def write(stacks: dict, stack: str, nodes: int = 1, memory_tier: bool = True, **changes) -> tuple:
     """(config, the Job written, the interval planned, the stack rendered)."""
     resources, rendered = stacks[stack]
     settings = load_config(stack_values(stack))
@@ -62,11 +64,11 @@ def write(stacks: dict, stack: str, nodes: int = 1, **changes) -> tuple:
         }
     )
     placed = place(settings, stack, request)
-    node = node_type(settings, placed.gpu_class, placed.gpus_per_node)
-    plan = planned(
-        stack, REPO_ROOT, placed.gpu_class.name, node, nodes, STATE_GIB, STEP_S, JOB_HOURS
+    plan, tier = plan_run(
+        settings, stack, REPO_ROOT, placed, nodes, STATE_GIB, STEP_S, JOB_HOURS, memory_tier
     )
-    written = write_job(settings, resources, rendered, request, placed, plan)
+    tier = None if isinstance(tier, str) else tier
+    written = write_job(settings, resources, rendered, request, placed, plan, tier)
     return settings, written, plan, rendered
 
 
@@ -287,7 +289,7 @@ def test_the_cli_prints_the_job_or_writes_it(stacks: dict, tmp_path: Path) -> No
     assert yaml.safe_load(printed.stdout) == written.job
     summary = printed.stderr.splitlines()[-1]
     assert summary.startswith("indexed Job team-vision/first-run: 2 nodes of 1 l4-24gb GPUs")
-    assert f"checkpoint every {plan.every_steps()} steps" in summary
+    assert f"checkpoint every {plan.memory_tier['durable_interval_steps']} steps" in summary
     out = tmp_path / "job.yaml"
     written_out = CliRunner().invoke(app, [*BASE, "-o", str(out), *words])
     assert written_out.exit_code == 0 and written_out.stdout == ""
@@ -301,5 +303,13 @@ def test_the_interval_is_planned_for_the_node_the_pods_are_packed_on() -> None:
     h100 = next(c for c in settings.gpu_classes if c.name == "h100-80gb")
     assert node_type(settings, h100, 8) == "p5.48xlarge"
     assert node_type(settings, h100, 1) == "p5.4xlarge"
-    nine = planned("prod", REPO_ROOT, h100.name, "p5.4xlarge", 9, 1.0, STEP_S, JOB_HOURS)
-    assert nine.every_steps() >= 1  # 9 one-GPU nodes fit the class's spot GPUs; 9 of 8 would not
+    nine = planned_interval(
+        "prod",
+        h100.name,
+        1.0,
+        nodes=9,
+        step_s=STEP_S,
+        instance_type="p5.4xlarge",
+        program=REPO_ROOT,
+    )
+    assert nine.interval_steps >= 1  # 9 one-GPU nodes fit the class's spot GPUs; 9 of 8 would not

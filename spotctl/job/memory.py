@@ -1,0 +1,83 @@
+"""The memory tier's room in a run's pods (several nodes): the copies each rank keeps in the
+node's tmpfs at /dev/shm and its staging buffers, added to the pod's /dev/shm and to its memory
+request and limit, which the tmpfs counts against.
+
+The runtime's memory tier keeps replicated (DDP) states, whole on every rank: a state larger
+than one GPU's memory is sharded over the GPUs, which the tier refuses, so such a run is written
+without it, as the planner plans it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from components.catalog import catalog
+from components.config import StackConfig
+from components.config.capacity import allocatable
+from components.config.stack import GpuClass, Team
+from spotctl.job.request import JobError
+from spotctl.plan.tiers import MEMORY_COPIES, SHELF_COPIES
+
+
+@dataclass(frozen=True)
+class Room:
+    """What the tier adds to each pod of the run, GiB."""
+
+    shelf_gib: int
+    """To the /dev/shm emptyDir: each local rank's copies in the tmpfs at their peak."""
+    memory_gib: int
+    """To the pod's memory request and limit: the tmpfs and the staging buffers."""
+    pod_memory_gib: int
+    """The pod's memory request and limit with it."""
+
+
+def room(
+    settings: StackConfig,
+    team: Team,
+    gpu_class: GpuClass,
+    gpus: int,
+    nodes: int,
+    state_gib: float,
+) -> Room | str:
+    """The tier's room in each of the run's pods, or why it does not apply (one node, or a state
+    no GPU of the class holds whole). JobError, naming the flag, where no node of the class, or
+    the team's memory quota, holds it."""
+    types = catalog(settings.cloud).instance_types
+    gpu_memory_gib = types[gpu_class.instance_types[0]].gpu_memory_gib
+    if nodes < 2:
+        return "one node, and the tier keeps each copy on a peer node"
+    if state_gib > gpu_memory_gib:
+        return (
+            f"it keeps replicated (DDP) states, whole on every rank, and {state_gib:g} GiB does "
+            f"not fit one {gpu_memory_gib} GiB GPU"
+        )
+    ranks = max(gpus, 1)
+    added = math.ceil(MEMORY_COPIES * ranks * state_gib)
+    pod_gib = gpus * gpu_class.memory_gib_per_gpu + added
+    needed = Room(math.ceil(SHELF_COPIES * ranks * state_gib), added, pod_gib)
+    fitting = [t for t in gpu_class.instance_types if types[t].gpus >= gpus]
+    largest = max(fitting, key=lambda t: allocatable(types[t], settings.cloud).memory_mib)
+    room_gib = allocatable(types[largest], settings.cloud).memory_mib / 1024
+    why = (
+        f"--state-gib {state_gib:g}: the memory tier keeps up to {MEMORY_COPIES} copies of each "
+        f"rank's whole state, {added} GiB a pod of {ranks} rank(s) beside its "
+        f"{gpus * gpu_class.memory_gib_per_gpu} GiB"
+    )
+    if pod_gib > room_gib:
+        raise JobError(
+            f"{why}, more than a {largest} node holds ({room_gib:.0f} GiB); checkpoint less "
+            "state, or pass --no-memory-tier"
+        )
+    quota = team.quotas[gpu_class.name]
+    gpus_allowed = (
+        quota.spot_gpus + quota.on_demand_gpus + settings.kubernetes.kueue.borrow_spot_gpus
+    )
+    memory_allowed = gpus_allowed * gpu_class.memory_gib_per_gpu
+    if nodes * pod_gib > memory_allowed:
+        raise JobError(
+            f"{why}: {nodes * pod_gib} GiB over {nodes} nodes exceed team {team.name}'s memory "
+            f"quota of {gpu_class.name}, {memory_allowed} GiB: Kueue would never admit it; "
+            "checkpoint less state, or pass --no-memory-tier"
+        )
+    return needed
