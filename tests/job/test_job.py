@@ -7,6 +7,7 @@ refusal is one line naming its flag."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,10 @@ from stack_files import REPO_ROOT, stack_values
 from typer.testing import CliRunner
 
 from components.config import load_config
-from components.k8s.jobs import PREEMPTED_EXIT_CODE
+from components.k8s.jobs import PREEMPTED_EXIT_CODE, SHM_GIB
 from spotctl.cli import app
 from spotctl.job.manifest import Written, problems, write_job
+from spotctl.job.memory import Room, room
 from spotctl.job.plan import node_type, plan_run
 from spotctl.job.request import JobError, Request, place
 from spotctl.plan import planned_interval
@@ -28,7 +30,7 @@ from spotctl.render.manifests import Rendered, render
 DIGEST = "sha256:" + "0" * 64
 # The account the AWS stack is deployed in, which its preview cannot know.
 DEPLOYED_ACCOUNT = "444455556666"
-STATE_GIB, STEP_S, JOB_HOURS = 4.0, 1.5, 24.0
+STATE_GIB, STEP_S, JOB_HOURS = 1.0, 1.5, 24.0
 COMMAND = ("python", "-m", "spotsafe.examples.train", "--steps", "1000")
 
 
@@ -49,7 +51,14 @@ def image_of(rendered: Rendered) -> str:
     return f"{repository.replace(ACCOUNT_ID, DEPLOYED_ACCOUNT)}@{DIGEST}"
 
 
-def write(stacks: dict, stack: str, nodes: int = 1, memory_tier: bool = True, **changes) -> tuple:
+def write(
+    stacks: dict,
+    stack: str,
+    nodes: int = 1,
+    memory_tier: bool = True,
+    state_gib: float = STATE_GIB,
+    **changes,
+) -> tuple:
     """(config, the Job written, the interval planned, the stack rendered)."""
     resources, rendered = stacks[stack]
     settings = load_config(stack_values(stack))
@@ -65,7 +74,7 @@ def write(stacks: dict, stack: str, nodes: int = 1, memory_tier: bool = True, **
     )
     placed = place(settings, stack, request)
     plan, tier = plan_run(
-        settings, stack, REPO_ROOT, placed, nodes, STATE_GIB, STEP_S, JOB_HOURS, memory_tier
+        settings, stack, REPO_ROOT, placed, nodes, state_gib, STEP_S, JOB_HOURS, memory_tier
     )
     tier = None if isinstance(tier, str) else tier
     written = write_job(settings, resources, rendered, request, placed, plan, tier)
@@ -174,7 +183,7 @@ def test_one_node_of_the_template_class_is_the_teams_own_template(stacks: dict) 
     planned_env = [e for e in env if e["name"].startswith("CHECKPOINT_") and "URI" not in e["name"]]
     assert planned_env == [
         {"name": "CHECKPOINT_INTERVAL_S", "value": str(round(plan.interval_s))},
-        {"name": "CHECKPOINT_EVERY_STEPS", "value": str(plan.every_steps())},
+        {"name": "CHECKPOINT_EVERY_STEPS", "value": str(plan.interval_steps)},
     ]
     for entry in planned_env:
         env.remove(entry)
@@ -182,12 +191,17 @@ def test_one_node_of_the_template_class_is_the_teams_own_template(stacks: dict) 
 
 
 @pytest.mark.parametrize(("stack", "nodes"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
-def test_the_interval_is_the_planners_for_the_stack(
+def test_the_intervals_are_the_planners_for_the_stack(
     stacks: dict, stack: str, nodes: int, tmp_path: Path
 ) -> None:
+    """One node saves at the durable tier's interval alone; several at the two tiers', the
+    memory tier's among them, planned for the node that holds the pod's memory."""
     settings, written, _, _ = write(stacks, stack, nodes)
     [gpu_class] = settings.gpu_classes  # the one class each of these stacks has
-    node = node_type(settings, gpu_class, 1)  # the Job's pods ask for one GPU here
+    env = env_of(written.job)
+    [container] = written.job["spec"]["template"]["spec"]["containers"]
+    pod_gib = int(container["resources"]["requests"]["memory"].removesuffix("Gi"))
+    node = node_type(settings, gpu_class, 1, pod_gib)  # the Job's pods ask for one GPU here
     out = tmp_path / "plan.json"
     result = CliRunner().invoke(
         app,
@@ -215,9 +229,64 @@ def test_the_interval_is_the_planners_for_the_stack(
     )
     assert result.exit_code == 0, result.output
     plan = json.loads(out.read_text())
-    env = env_of(written.job)
-    assert env["CHECKPOINT_INTERVAL_S"] == str(round(plan["interval_s"]))
-    assert env["CHECKPOINT_EVERY_STEPS"] == str(plan["interval_steps"])
+    tiers = plan["memory_tier"]
+    if nodes == 1:
+        assert not tiers["applies"] and "SPOTSAFE_MEMORY_EVERY_STEPS" not in env
+        seconds, steps = plan["interval_s"], plan["interval_steps"]
+    else:
+        assert env["SPOTSAFE_MEMORY_EVERY_STEPS"] == str(tiers["memory_interval_steps"])
+        seconds, steps = tiers["durable_interval_s"], tiers["durable_interval_steps"]
+    assert env["CHECKPOINT_INTERVAL_S"] == str(round(seconds))
+    assert env["CHECKPOINT_EVERY_STEPS"] == str(steps)
+
+
+@pytest.mark.parametrize("stack", ["dev", "gcp-dev"])
+def test_the_memory_tier_has_room_for_its_copies(stacks: dict, stack: str) -> None:
+    """Each local rank keeps up to six copies of its whole state in the tmpfs at /dev/shm and one
+    in its staging buffers: /dev/shm grows by the six, the pod's memory (which the tmpfs counts
+    against) by all seven, and the pod lands on a type that holds it."""
+    settings, written, _, rendered = write(stacks, stack, 3)
+    _, alone, _, _ = write(stacks, stack, 3, memory_tier=False)
+    assert problems(rendered, written) == []
+    [gpu_class] = settings.gpu_classes
+
+    def pod_of(job: dict) -> tuple[int, int, dict]:
+        pod = job["spec"]["template"]["spec"]
+        [shm] = [v for v in pod["volumes"] if v["name"] == "shm"]
+        [container] = pod["containers"]
+        resources = container["resources"]
+        assert resources["requests"]["memory"] == resources["limits"]["memory"]
+        assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+        gib = int(resources["limits"]["memory"].removesuffix("Gi"))
+        return gib, int(shm["emptyDir"]["sizeLimit"].removesuffix("Gi")), env_of(job)
+
+    memory, shm, env = pod_of(written.job)
+    memory_alone, shm_alone, env_alone = pod_of(alone.job)
+    assert shm_alone == SHM_GIB and memory_alone == gpu_class.memory_gib_per_gpu
+    assert shm - shm_alone == math.ceil(6 * STATE_GIB)
+    assert memory - memory_alone == math.ceil(7 * STATE_GIB)
+    assert "SPOTSAFE_MEMORY_EVERY_STEPS" not in env_alone
+    # The pod outgrows the smallest type and is planned for the one it lands on.
+    assert node_type(settings, gpu_class, 1, memory) != node_type(settings, gpu_class, 1)
+
+
+def test_a_memory_tier_no_node_or_quota_holds_is_refused_naming_its_flags(stacks: dict) -> None:
+    # 7 x 8 GiB beside the pod's 12: more than dev's largest a10g type, g5.4xlarge, holds.
+    with pytest.raises(JobError, match=r"^--state-gib 8: .* more than a g5\.4xlarge node holds"):
+        write(stacks, "dev", 3, state_gib=8.0)
+    # 40 GiB pods fit g5.4xlarge, but three exceed the team's 60 GiB of a10g memory.
+    with pytest.raises(JobError, match=r"^--state-gib 4: .* Kueue would never admit it; "):
+        write(stacks, "dev", 3, state_gib=4.0)
+    # Without the tier the same run is written.
+    assert write(stacks, "dev", 3, memory_tier=False, state_gib=8.0)[1].job
+
+
+def test_the_memory_tier_applies_to_replicated_states_on_several_nodes() -> None:
+    settings = load_config(stack_values("gcp-dev"))
+    [team], [l4] = settings.teams, settings.gpu_classes
+    assert room(settings, team, l4, 1, 1, 1.0).startswith("one node")
+    assert "30 GiB does not fit one 24 GiB GPU" in room(settings, team, l4, 1, 3, 30.0)
+    assert isinstance(room(settings, team, l4, 1, 3, 1.0), Room)
 
 
 def test_an_image_outside_the_stacks_repositories_is_refused(stacks: dict) -> None:
@@ -262,6 +331,10 @@ DEV = ["--stack", "dev", *RUN, *IMAGE]
         ([*DEV, "--nodes", "0", "--", "x"], "--nodes must be at least 1"),
         ([*DEV, "--gpus-per-node", "2", "--", "x"], "--gpus-per-node 2: no instance type"),
         ([*DEV, "--state-gib", "900", "--", "x"], "--state-gib 900: a final save of each node"),
+        (
+            [*DEV, "--nodes", "3", "--state-gib", "8", "--", "x"],
+            "--state-gib 8: the memory tier keeps up to 7 copies",
+        ),
         ([*DEV, "--step-s", "0", "--", "x"], "--step-s must be a positive number"),
         ([*DEV, "--name", "First_Run", "--", "x"], "--name 'First_Run': not a Job name"),
         (DEV, "--command: give the training command"),

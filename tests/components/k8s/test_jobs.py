@@ -266,7 +266,7 @@ def test_a_spec_comes_back_from_its_document_as_json_carries_it() -> None:
     assert json.dumps(multi_node_job(back, 2, 2)) == json.dumps(multi_node_job(gcp, 2, 2))
 
 
-def test_the_planned_interval_reaches_the_container_environment() -> None:
+def test_the_planned_intervals_reach_the_container_environment() -> None:
     planned = single_node_job(spec(checkpoint_interval_s=600, checkpoint_every_steps=300))
     env = {e["name"]: e.get("value") for e in pod(planned)["containers"][0]["env"]}
     assert env["CHECKPOINT_INTERVAL_S"] == "600" and env["CHECKPOINT_EVERY_STEPS"] == "300"
@@ -274,5 +274,10 @@ def test_the_planned_interval_reaches_the_container_environment() -> None:
     assert [e["name"] for e in unplanned if e["name"].startswith("CHECKPOINT_")] == [
         "CHECKPOINT_URI"
     ]
-    with pytest.raises(ValueError, match="checkpoint_interval_s"):
-        spec(checkpoint_every_steps=-1)
+    assert not any(e["name"] == "SPOTSAFE_MEMORY_EVERY_STEPS" for e in unplanned)
+    tiers = multi_node_job(spec(checkpoint_every_steps=300, memory_every_steps=20), 2, 2)
+    env = {e["name"]: e.get("value") for e in pod(tiers)["containers"][0]["env"]}
+    assert env["SPOTSAFE_MEMORY_EVERY_STEPS"] == "20"
+    for field in ("checkpoint_every_steps", "memory_every_steps"):
+        with pytest.raises(ValueError, match=field):
+            spec(**{field: -1})
