@@ -288,7 +288,7 @@ def _memory_assumptions(i: Inputs, memory: tiers.MemoryCosts, offer: ClassOffer 
         else "the whole state: the memory tier keeps replicated (DDP) states, whole on every rank",
         "memory_ranks_per_node": memory.ranks_per_node,
         "memory_copy_gb_per_s": memory.copy_gb_per_s,
-        "memory_copy_source": "--memory-copy-gb-per-s"
+        "memory_copy_gb_per_s_source": "--memory-copy-gb-per-s"
         if i.memory_copy_gb_per_s != tiers.HOST_COPY_GB_PER_S
         else "assumed: one rank's copy into host memory, as the durable snapshot's",
         "peer_gbps": memory.peer_gbps,
