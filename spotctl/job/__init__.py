@@ -6,10 +6,11 @@ priority class, the class's spot-first placement, the grace period of the stack'
 podFailurePolicy that ignores preemptions, the checkpoint URI under the team's prefix, and the
 planner's checkpoint interval for the run (CHECKPOINT_INTERVAL_S, CHECKPOINT_EVERY_STEPS in the
 container's environment, for the command to save by). On several nodes the runtime's memory tier
-saves between durable saves at the planner's memory interval (SPOTSAFE_MEMORY_EVERY_STEPS, the
-durable interval then the two tiers'), its copies in the pod's /dev/shm, sized with the pod's
-memory to hold them. The Job is checked as `spotctl render --validate` checks the stack before
-it is printed; every refusal is one line naming its flag.
+also saves between durable saves, at the planner's memory interval (SPOTSAFE_MEMORY_EVERY_STEPS),
+its copies in the pod's /dev/shm, sized with the pod's memory to hold them; the durable interval
+stays the durable tier's own, so the bucket's record is as frequent as without it. The Job is
+checked as `spotctl render --validate` checks the stack before it is printed; every refusal is
+one line naming its flag.
 
 The package: `request` (the flags against the stack's config), `memory` (the memory tier's room
 in the pods), `plan` (the node the pods are packed on, and the planner's intervals), `manifest`

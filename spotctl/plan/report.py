@@ -255,9 +255,9 @@ def _two_tiers(memory: dict, a: dict) -> list:
         (
             "interval",
             f"{memory['memory_interval_s']:.0f} s ({memory['memory_interval_steps']} steps)",
-            f"{memory['durable_interval_s']:.0f} s ({memory['durable_interval_steps']} steps); "
-            f"alone {memory['durable_only_interval_s']:.0f} s",
+            f"{memory['durable_interval_s']:.0f} s ({memory['durable_interval_steps']} steps)",
         ),
+        ("interval alone", "", f"{memory['durable_only_interval_s']:.0f} s"),
         (
             "per save",
             f"blocks {memory['memory_blocked_s']:.3g} s, held {memory['memory_save_s']:.3g} s",

@@ -194,8 +194,8 @@ def test_one_node_of_the_template_class_is_the_teams_own_template(stacks: dict) 
 def test_the_intervals_are_the_planners_for_the_stack(
     stacks: dict, stack: str, nodes: int, tmp_path: Path
 ) -> None:
-    """One node saves at the durable tier's interval alone; several at the two tiers', the
-    memory tier's among them, planned for the node that holds the pod's memory."""
+    """The durable tier saves at its own planned interval; on several nodes the memory tier too,
+    at its planned interval, both planned for the node that holds the pod's memory."""
     settings, written, _, _ = write(stacks, stack, nodes)
     [gpu_class] = settings.gpu_classes  # the one class each of these stacks has
     env = env_of(written.job)
@@ -232,12 +232,10 @@ def test_the_intervals_are_the_planners_for_the_stack(
     tiers = plan["memory_tier"]
     if nodes == 1:
         assert not tiers["applies"] and "SPOTSAFE_MEMORY_EVERY_STEPS" not in env
-        seconds, steps = plan["interval_s"], plan["interval_steps"]
     else:
         assert env["SPOTSAFE_MEMORY_EVERY_STEPS"] == str(tiers["memory_interval_steps"])
-        seconds, steps = tiers["durable_interval_s"], tiers["durable_interval_steps"]
-    assert env["CHECKPOINT_INTERVAL_S"] == str(round(seconds))
-    assert env["CHECKPOINT_EVERY_STEPS"] == str(steps)
+    assert env["CHECKPOINT_INTERVAL_S"] == str(round(plan["interval_s"]))
+    assert env["CHECKPOINT_EVERY_STEPS"] == str(plan["interval_steps"])
 
 
 @pytest.mark.parametrize("stack", ["dev", "gcp-dev"])
@@ -362,7 +360,8 @@ def test_the_cli_prints_the_job_or_writes_it(stacks: dict, tmp_path: Path) -> No
     assert yaml.safe_load(printed.stdout) == written.job
     summary = printed.stderr.splitlines()[-1]
     assert summary.startswith("indexed Job team-vision/first-run: 2 nodes of 1 l4-24gb GPUs")
-    assert f"checkpoint every {plan.memory_tier['durable_interval_steps']} steps" in summary
+    assert f"checkpoint every {plan.interval_steps} steps" in summary
+    assert f"in peers' memory every {plan.memory_tier['memory_interval_steps']} steps" in summary
     out = tmp_path / "job.yaml"
     written_out = CliRunner().invoke(app, [*BASE, "-o", str(out), *words])
     assert written_out.exit_code == 0 and written_out.stdout == ""
