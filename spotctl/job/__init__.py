@@ -5,12 +5,11 @@ writes the Job the stack's own templates would hold for that run: the team's Kue
 priority class, the class's spot-first placement, the grace period of the stack's notice, the
 podFailurePolicy that ignores preemptions, the checkpoint URI under the team's prefix, and the
 planner's checkpoint interval for the run (CHECKPOINT_INTERVAL_S, CHECKPOINT_EVERY_STEPS in the
-container's environment, for the command to save by). On several nodes the runtime's memory tier
-also saves between durable saves, at the planner's memory interval (SPOTSAFE_MEMORY_EVERY_STEPS),
-its copies in the pod's /dev/shm, sized with the pod's memory to hold them; the durable interval
-stays the durable tier's own, so the bucket's record is as frequent as without it. The Job is
-checked as `spotctl render --validate` checks the stack before it is printed; every refusal is
-one line naming its flag.
+container's environment, for the command to save by). On several nodes, where the plan finds
+that the runtime's memory tier pays, it saves between durable saves at the two tiers' intervals
+(SPOTSAFE_MEMORY_EVERY_STEPS too), its copies in the pod's /dev/shm, sized with the pod's memory
+to hold them. The Job is checked as `spotctl render --validate` checks the stack before it is
+printed; every refusal is one line naming its flag.
 
 The package: `request` (the flags against the stack's config), `memory` (the memory tier's room
 in the pods), `plan` (the node the pods are packed on, and the planner's intervals), `manifest`
@@ -192,9 +191,7 @@ def summary(job: dict, plan: Planned, tier: Room | str) -> str:
     if not isinstance(tier, str):
         line += (
             f", in peers' memory every {env['SPOTSAFE_MEMORY_EVERY_STEPS']} steps (/dev/shm "
-            f"{tier.shelf_gib + SHM_GIB} GiB, memory {tier.pod_memory_gib} GiB a pod; "
-            + ("pays" if plan.memory_tier["pays"] else "does not pay by the plan")
-            + ")"
+            f"{tier.shelf_gib + SHM_GIB} GiB, memory {tier.pod_memory_gib} GiB a pod)"
         )
     elif nodes > 1:
         line += f"; no memory tier: {tier}"

@@ -75,8 +75,8 @@ def write_job(
     room: Room | None,
 ) -> Written:
     """The team's Job for the request, from the spec of its templates, saving at the planned
-    durable interval; with the memory tier's `room`, also in peers' memory at its planned
-    interval, the pod's /dev/shm and memory grown to hold its copies."""
+    interval; with the memory tier's `room`, at the two tiers' intervals, the pod's /dev/shm and
+    memory grown to hold the tier's copies."""
     spec, compute_class_label = team_spec(resources, placed.team)
     deployed = {}
     root = spec.checkpoint_root
@@ -91,13 +91,17 @@ def write_job(
         efa_interfaces(settings, placed.gpu_class),
         compute_class_label,
     )
-    intervals = {
-        "checkpoint_interval_s": round(planned.interval_s),
-        "checkpoint_every_steps": planned.interval_steps,
-    }
-    if room is not None:
-        intervals |= {
-            "memory_every_steps": planned.memory_tier["memory_interval_steps"],
+    tiers = planned.memory_tier
+    if room is None:
+        intervals = {
+            "checkpoint_interval_s": round(planned.interval_s),
+            "checkpoint_every_steps": planned.interval_steps,
+        }
+    else:
+        intervals = {
+            "checkpoint_interval_s": round(tiers["durable_interval_s"]),
+            "checkpoint_every_steps": tiers["durable_interval_steps"],
+            "memory_every_steps": tiers["memory_interval_steps"],
             "memory": f"{room.pod_memory_gib}Gi",
             "shm_size": f"{SHM_GIB + room.shelf_gib}Gi",
         }

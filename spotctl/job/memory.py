@@ -16,7 +16,6 @@ from components.catalog import catalog
 from components.config import StackConfig
 from components.config.capacity import allocatable
 from components.config.stack import GpuClass, Team
-from spotctl.job.request import JobError
 from spotctl.plan.tiers import MEMORY_COPIES, SHELF_COPIES
 
 
@@ -30,6 +29,9 @@ class Room:
     """To the pod's memory request and limit: the tmpfs and the staging buffers."""
     pod_memory_gib: int
     """The pod's memory request and limit with it."""
+    refused: str | None = None
+    """Why the run cannot hold it, naming the flag: no node of the class, or the team's memory
+    quota, holds its pods."""
 
 
 def room(
@@ -42,7 +44,7 @@ def room(
 ) -> Room | str:
     """The tier's room in each of the run's pods, or why it does not apply (one node, or a state
     no GPU of the class holds whole). JobError, naming the flag, where no node of the class, or
-    the team's memory quota, holds it."""
+    the team's memory quota, holds it (`refused`)."""
     types = catalog(settings.cloud).instance_types
     gpu_memory_gib = types[gpu_class.instance_types[0]].gpu_memory_gib
     if nodes < 2:
@@ -55,7 +57,7 @@ def room(
     ranks = max(gpus, 1)
     added = math.ceil(MEMORY_COPIES * ranks * state_gib)
     pod_gib = gpus * gpu_class.memory_gib_per_gpu + added
-    needed = Room(math.ceil(SHELF_COPIES * ranks * state_gib), added, pod_gib)
+    shelf = math.ceil(SHELF_COPIES * ranks * state_gib)
     fitting = [t for t in gpu_class.instance_types if types[t].gpus >= gpus]
     largest = max(fitting, key=lambda t: allocatable(types[t], settings.cloud).memory_mib)
     room_gib = allocatable(types[largest], settings.cloud).memory_mib / 1024
@@ -65,9 +67,12 @@ def room(
         f"{gpus * gpu_class.memory_gib_per_gpu} GiB"
     )
     if pod_gib > room_gib:
-        raise JobError(
+        return Room(
+            shelf,
+            added,
+            pod_gib,
             f"{why}, more than a {largest} node holds ({room_gib:.0f} GiB); checkpoint less "
-            "state, or pass --no-memory-tier"
+            "state, or pass --no-memory-tier",
         )
     quota = team.quotas[gpu_class.name]
     gpus_allowed = (
@@ -75,9 +80,12 @@ def room(
     )
     memory_allowed = gpus_allowed * gpu_class.memory_gib_per_gpu
     if nodes * pod_gib > memory_allowed:
-        raise JobError(
+        return Room(
+            shelf,
+            added,
+            pod_gib,
             f"{why}: {nodes * pod_gib} GiB over {nodes} nodes exceed team {team.name}'s memory "
             f"quota of {gpu_class.name}, {memory_allowed} GiB: Kueue would never admit it; "
-            "checkpoint less state, or pass --no-memory-tier"
+            "checkpoint less state, or pass --no-memory-tier",
         )
-    return needed
+    return Room(shelf, added, pod_gib)

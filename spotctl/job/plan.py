@@ -11,21 +11,23 @@ from components.config import StackConfig
 from components.config.capacity import allocatable
 from components.config.stack import GpuClass
 from spotctl.job.memory import Room, room
-from spotctl.job.request import Placed
+from spotctl.job.request import JobError, Placed
 from spotctl.plan import Planned, planned_interval
 from spotctl.plan.costs import GB_PER_GIB
 
 
 def node_type(settings: StackConfig, gpu_class: GpuClass, gpus: int, memory_gib: int = 0) -> str:
     """The class's smallest instance type (by GPUs) that holds a pod of `gpus` GPUs and
-    `memory_gib`; the caller has checked that one does."""
+    `memory_gib`; where none holds the memory, the one with the most of it."""
     types = catalog(settings.cloud).instance_types
-    fitting = [
-        name
-        for name in gpu_class.instance_types
-        if types[name].gpus >= gpus
-        and allocatable(types[name], settings.cloud).memory_mib >= memory_gib * 1024
-    ]
+
+    def memory_mib(name: str) -> int:
+        return allocatable(types[name], settings.cloud).memory_mib
+
+    enough_gpus = [name for name in gpu_class.instance_types if types[name].gpus >= gpus]
+    fitting = [name for name in enough_gpus if memory_mib(name) >= memory_gib * 1024]
+    if not fitting:
+        return max(enough_gpus, key=memory_mib)
     return min(fitting, key=lambda name: types[name].gpus)
 
 
@@ -40,22 +42,37 @@ def plan_run(
     job_hours: float,
     memory_tier: bool = True,
 ) -> tuple[Planned, Room | str]:
-    """The plan for the run, and the memory tier's room in its pods or why it has none."""
+    """The plan for the run, and the memory tier's room in its pods or why it has none: it is
+    written where it applies and the plan finds the two tiers' badput below the durable tier's
+    alone. JobError where it would pay and no node, or the team's quota, holds it."""
     gpus, gpu_class = placed.gpus_per_node, placed.gpu_class
-    tier = (
-        room(settings, placed.team, gpu_class, gpus, nodes, state_gib)
-        if memory_tier
-        else "--no-memory-tier"
-    )
-    pod_gib = gpus * gpu_class.memory_gib_per_gpu if isinstance(tier, str) else tier.pod_memory_gib
-    planned = planned_interval(
-        stack,
-        gpu_class.name,
-        state_gib * GB_PER_GIB,
-        nodes=nodes,
-        step_s=step_s,
-        job_hours=job_hours,
-        instance_type=node_type(settings, gpu_class, gpus, pod_gib),
-        program=program,
-    )
-    return planned, tier
+
+    def plan(instance_type: str | None) -> Planned:
+        return planned_interval(
+            stack,
+            gpu_class.name,
+            state_gib * GB_PER_GIB,
+            nodes=nodes,
+            step_s=step_s,
+            job_hours=job_hours,
+            instance_type=instance_type,
+            program=program,
+        )
+
+    alone = plan(node_type(settings, gpu_class, gpus, gpus * gpu_class.memory_gib_per_gpu))
+    if not memory_tier:
+        return alone, "--no-memory-tier"
+    tier = room(settings, placed.team, gpu_class, gpus, nodes, state_gib)
+    if isinstance(tier, str):
+        return alone, tier
+    both = plan(node_type(settings, gpu_class, gpus, tier.pod_memory_gib))
+    tiers = both.memory_tier
+    if not tiers["pays"]:
+        return alone, (
+            f"it does not pay here: a memory save blocks {tiers['memory_blocked_s']:.3g} s for "
+            f"a rank's whole state, a durable one {tiers['durable_blocked_s']:.3g} s for a node's "
+            "shard (spotctl plan shows the two tiers)"
+        )
+    if tier.refused:
+        raise JobError(tier.refused)
+    return both, tier

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,30 @@ def write(
         settings, stack, REPO_ROOT, placed, nodes, state_gib, STEP_S, JOB_HOURS, memory_tier
     )
     tier = None if isinstance(tier, str) else tier
+    written = write_job(settings, resources, rendered, request, placed, plan, tier)
+    return settings, written, plan, rendered
+
+
+def write_with_the_tier(stacks: dict, stack: str, nodes: int) -> tuple:
+    """(config, the Job written with the memory tier whether or not it pays, its plan, the stack
+    rendered): the room and the plan as `spotctl job` writes them where it pays."""
+    resources, rendered = stacks[stack]
+    settings = load_config(stack_values(stack))
+    request = Request("first-run", image_of(rendered), COMMAND, nodes, bucket="team-checkpoints")
+    placed = place(settings, stack, request)
+    gpus, gpu_class = placed.gpus_per_node, placed.gpu_class
+    tier = room(settings, placed.team, gpu_class, gpus, nodes, STATE_GIB)
+    assert isinstance(tier, Room) and tier.refused is None
+    plan = planned_interval(
+        stack,
+        gpu_class.name,
+        STATE_GIB * GB_PER_GIB,
+        nodes=nodes,
+        step_s=STEP_S,
+        job_hours=JOB_HOURS,
+        instance_type=node_type(settings, gpu_class, gpus, tier.pod_memory_gib),
+        program=REPO_ROOT,
+    )
     written = write_job(settings, resources, rendered, request, placed, plan, tier)
     return settings, written, plan, rendered
 
@@ -194,8 +219,8 @@ def test_one_node_of_the_template_class_is_the_teams_own_template(stacks: dict) 
 def test_the_intervals_are_the_planners_for_the_stack(
     stacks: dict, stack: str, nodes: int, tmp_path: Path
 ) -> None:
-    """The durable tier saves at its own planned interval; on several nodes the memory tier too,
-    at its planned interval, both planned for the node that holds the pod's memory."""
+    """The Job saves at the interval `spotctl plan` gives the run, with the memory tier only
+    where the plan finds that it pays."""
     settings, written, _, _ = write(stacks, stack, nodes)
     [gpu_class] = settings.gpu_classes  # the one class each of these stacks has
     env = env_of(written.job)
@@ -230,10 +255,10 @@ def test_the_intervals_are_the_planners_for_the_stack(
     assert result.exit_code == 0, result.output
     plan = json.loads(out.read_text())
     tiers = plan["memory_tier"]
-    if nodes == 1:
-        assert not tiers["applies"] and "SPOTSAFE_MEMORY_EVERY_STEPS" not in env
-    else:
-        assert env["SPOTSAFE_MEMORY_EVERY_STEPS"] == str(tiers["memory_interval_steps"])
+    assert tiers["applies"] == (nodes > 1)
+    # A one-GPU rank's whole state blocks a memory save longer than a node's shard blocks a
+    # durable one: the two tiers do not pay here, and the Job saves at the durable interval.
+    assert not tiers.get("pays") and "SPOTSAFE_MEMORY_EVERY_STEPS" not in env
     assert env["CHECKPOINT_INTERVAL_S"] == str(round(plan["interval_s"]))
     assert env["CHECKPOINT_EVERY_STEPS"] == str(plan["interval_steps"])
 
@@ -242,8 +267,9 @@ def test_the_intervals_are_the_planners_for_the_stack(
 def test_the_memory_tier_has_room_for_its_copies(stacks: dict, stack: str) -> None:
     """Each local rank keeps up to six copies of its whole state in the tmpfs at /dev/shm and one
     in its staging buffers: /dev/shm grows by the six, the pod's memory (which the tmpfs counts
-    against) by all seven, and the pod lands on a type that holds it."""
-    settings, written, _, rendered = write(stacks, stack, 3)
+    against) by all seven, the pod lands on a type that holds it, and it saves at both tiers'
+    intervals; the Job still passes the stack's checks."""
+    settings, written, plan, rendered = write_with_the_tier(stacks, stack, 3)
     _, alone, _, _ = write(stacks, stack, 3, memory_tier=False)
     assert problems(rendered, written) == []
     [gpu_class] = settings.gpu_classes
@@ -264,19 +290,30 @@ def test_the_memory_tier_has_room_for_its_copies(stacks: dict, stack: str) -> No
     assert shm - shm_alone == math.ceil(6 * STATE_GIB)
     assert memory - memory_alone == math.ceil(7 * STATE_GIB)
     assert "SPOTSAFE_MEMORY_EVERY_STEPS" not in env_alone
+    tiers = plan.memory_tier
+    assert env["SPOTSAFE_MEMORY_EVERY_STEPS"] == str(tiers["memory_interval_steps"])
+    assert env["CHECKPOINT_EVERY_STEPS"] == str(tiers["durable_interval_steps"])
+    assert env["CHECKPOINT_INTERVAL_S"] == str(round(tiers["durable_interval_s"]))
     # The pod outgrows the smallest type and is planned for the one it lands on.
     assert node_type(settings, gpu_class, 1, memory) != node_type(settings, gpu_class, 1)
 
 
-def test_a_memory_tier_no_node_or_quota_holds_is_refused_naming_its_flags(stacks: dict) -> None:
+def test_a_memory_tier_no_node_or_quota_holds_is_refused_naming_its_flags() -> None:
+    settings = load_config(stack_values("dev"))
+    [team], [a10g] = settings.teams, settings.gpu_classes
     # 7 x 8 GiB beside the pod's 12: more than dev's largest a10g type, g5.4xlarge, holds.
-    with pytest.raises(JobError, match=r"^--state-gib 8: .* more than a g5\.4xlarge node holds"):
-        write(stacks, "dev", 3, state_gib=8.0)
+    assert re.fullmatch(
+        r"--state-gib 8: the memory tier keeps up to 7 copies of each rank's whole state, 56 GiB "
+        r"a pod of 1 rank\(s\) beside its 12 GiB, more than a g5\.4xlarge node holds \(\d+ GiB\); "
+        r"checkpoint less state, or pass --no-memory-tier",
+        room(settings, team, a10g, 1, 3, 8.0).refused,
+    )
     # 40 GiB pods fit g5.4xlarge, but three exceed the team's 60 GiB of a10g memory.
-    with pytest.raises(JobError, match=r"^--state-gib 4: .* Kueue would never admit it; "):
-        write(stacks, "dev", 3, state_gib=4.0)
-    # Without the tier the same run is written.
-    assert write(stacks, "dev", 3, memory_tier=False, state_gib=8.0)[1].job
+    assert room(settings, team, a10g, 1, 3, 4.0).refused.endswith(
+        "120 GiB over 3 nodes exceed team research's memory quota of a10g-24gb, 60 GiB: Kueue "
+        "would never admit it; checkpoint less state, or pass --no-memory-tier"
+    )
+    assert room(settings, team, a10g, 1, 2, 1.0).refused is None
 
 
 def test_the_memory_tier_applies_to_replicated_states_on_several_nodes() -> None:
@@ -329,10 +366,6 @@ DEV = ["--stack", "dev", *RUN, *IMAGE]
         ([*DEV, "--nodes", "0", "--", "x"], "--nodes must be at least 1"),
         ([*DEV, "--gpus-per-node", "2", "--", "x"], "--gpus-per-node 2: no instance type"),
         ([*DEV, "--state-gib", "900", "--", "x"], "--state-gib 900: a final save of each node"),
-        (
-            [*DEV, "--nodes", "3", "--state-gib", "8", "--", "x"],
-            "--state-gib 8: the memory tier keeps up to 7 copies",
-        ),
         ([*DEV, "--step-s", "0", "--", "x"], "--step-s must be a positive number"),
         ([*DEV, "--name", "First_Run", "--", "x"], "--name 'First_Run': not a Job name"),
         (DEV, "--command: give the training command"),
@@ -361,7 +394,7 @@ def test_the_cli_prints_the_job_or_writes_it(stacks: dict, tmp_path: Path) -> No
     summary = printed.stderr.splitlines()[-1]
     assert summary.startswith("indexed Job team-vision/first-run: 2 nodes of 1 l4-24gb GPUs")
     assert f"checkpoint every {plan.interval_steps} steps" in summary
-    assert f"in peers' memory every {plan.memory_tier['memory_interval_steps']} steps" in summary
+    assert "; no memory tier: it does not pay here: a memory save blocks" in summary
     out = tmp_path / "job.yaml"
     written_out = CliRunner().invoke(app, [*BASE, "-o", str(out), *words])
     assert written_out.exit_code == 0 and written_out.stdout == ""
