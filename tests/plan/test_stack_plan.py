@@ -18,7 +18,7 @@ from components.config.loading import read_stack
 from spotctl.cli import app
 from spotctl.plan import band_rate, planned_interval
 from spotctl.plan.stack_class import StackClassError
-from spotctl.provider_data import DATA_FILE
+from spotctl.provider_data import DATA_FILE, ProviderDataError
 from spotctl.provider_data import read as read_provider_data
 
 JOB = ["--state-gb", "200", "--nodes", "4", "--step-s", "2", "--job-hours", "72"]
@@ -220,12 +220,31 @@ def test_the_table_prices_every_gpu_type_each_stack_uses(stack: str) -> None:
         row = data.row(cloud, region, name)
         assert 0 < row.spot < row.on_demand and row.sources
         assert (row.band is None) == (cloud == "gcp")
+    # The memory tier's copies to a peer node share the type's network: every class type has it.
+    classes = {t for c in values["gpu_classes"] for t in c["instance_types"]}
+    unsourced = sorted(t for t in classes if data.network_gbps(cloud, t) is None)
+    assert not unsourced, f"provider-data.yaml has no {cloud} network figure for {unsourced}"
+
+
+def test_a_network_figure_names_a_source_the_table_has(tmp_path: Path) -> None:
+    document = yaml.safe_load(DATA_FILE.read_text())
+    document["network"]["gcp"]["source"] = "nowhere"
+    path = tmp_path / "provider-data.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ProviderDataError, match=r"network\.gcp\.source: 'nowhere' is not in"):
+        read_provider_data(path)
+    document["network"]["gcp"]["source"] = "gce-network"
+    document["network"]["gcp"]["gbps"]["g2-standard-8"] = 0
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ProviderDataError, match=r"gbps\.g2-standard-8 must be a positive number"):
+        read_provider_data(path)
 
 
 def test_planned_interval_is_the_commands_interval(run) -> None:
     plan, _ = run("--stack", "prod", "--class", "h100-80gb", *JOB)
     given = planned_interval("prod", "h100-80gb", 200, nodes=4, step_s=2, job_hours=72)
     assert given.interval_s == plan["interval_s"] and given.interval_steps == plan["interval_steps"]
+    assert given.memory_tier == plan["memory_tier"]
     assert given.inputs["instance_type"] == "p5.48xlarge"
     assert (
         given.inputs["interruption_rate_source"] == plan["assumptions"]["interruption_rate_source"]
