@@ -16,7 +16,7 @@ from components.catalog import catalog
 from components.config import StackConfig
 from components.config.capacity import allocatable
 from components.config.stack import GpuClass, Team
-from spotctl.plan.tiers import MEMORY_COPIES, SHELF_COPIES
+from spotctl.plan.costs import MEMORY_COPIES, SHELF_COPIES
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ class Inputs:
     instance_type: str | None = None
     provider_data: Path | None = None
     memory_rank_gb: float | None = None
-    memory_copy_gb_per_s: float = tiers.HOST_COPY_GB_PER_S
+    memory_copy_gb_per_s: float = costs.HOST_COPY_GB_PER_S
     peer_gbps: float | None = None
     memory_survives: float = tiers.SURVIVES
 
@@ -251,7 +251,7 @@ def scenario(i: Inputs) -> Scenario:
     return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions, memory)
 
 
-def _memory(i: Inputs, state_gb: float, offer: ClassOffer | None) -> tiers.MemoryCosts | str:
+def _memory(i: Inputs, state_gb: float, offer: ClassOffer | None) -> costs.MemoryCosts | str:
     """The memory tier's costs on a node of the job, or why it does not apply."""
     if i.nodes < 2:
         return "needs 2+ nodes: each rank's copy is kept on a peer node"
@@ -270,17 +270,17 @@ def _memory(i: Inputs, state_gb: float, offer: ClassOffer | None) -> tiers.Memor
         raise _no_row(offer, "--peer-gbps", "network figure")
     else:
         peer = offer.network[0]
-    return tiers.MemoryCosts(
+    return costs.MemoryCosts(
         rank_gb=rank_gb,
         ranks_per_node=offer.gpus_per_node if offer else 1,
         copy_gb_per_s=i.memory_copy_gb_per_s,
         peer_gbps=peer,
-        flow_gbps=tiers.AWS_FLOW_GBPS if i.cloud == "aws" else None,
+        flow_gbps=costs.AWS_FLOW_GBPS if i.cloud == "aws" else None,
         survives=i.memory_survives,
     )
 
 
-def _memory_assumptions(i: Inputs, memory: tiers.MemoryCosts, offer: ClassOffer | None) -> dict:
+def _memory_assumptions(i: Inputs, memory: costs.MemoryCosts, offer: ClassOffer | None) -> dict:
     return {
         "memory_rank_gb": memory.rank_gb,
         "memory_rank_gb_source": "--memory-rank-gb"
@@ -289,7 +289,7 @@ def _memory_assumptions(i: Inputs, memory: tiers.MemoryCosts, offer: ClassOffer 
         "memory_ranks_per_node": memory.ranks_per_node,
         "memory_copy_gb_per_s": memory.copy_gb_per_s,
         "memory_copy_gb_per_s_source": "--memory-copy-gb-per-s"
-        if i.memory_copy_gb_per_s != tiers.HOST_COPY_GB_PER_S
+        if i.memory_copy_gb_per_s != costs.HOST_COPY_GB_PER_S
         else "assumed: one rank's copy into host memory, as the durable snapshot's",
         "peer_gbps": memory.peer_gbps,
         "peer_gbps_source": "--peer-gbps"
@@ -694,7 +694,7 @@ def command(
     memory_copy_gb_per_s: Annotated[
         float,
         typer.Option(help="Memory tier: GB/s of one rank's copy into host memory."),
-    ] = tiers.HOST_COPY_GB_PER_S,
+    ] = costs.HOST_COPY_GB_PER_S,
     peer_gbps: Annotated[
         float | None,
         typer.Option(

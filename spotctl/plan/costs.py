@@ -1,6 +1,10 @@
 """What a save, a restore and a restart cost a node: from the state size at assumed speeds, from
 the checkpoint benchmark's figures (`python -m spotsafe.bench --json`), or from a drill report
-(`spotctl drill --json`)."""
+(`spotctl drill --json`); and what a save of the memory tier costs (`MemoryCosts`).
+
+A memory save (spotsafe.memory) holds each rank for one copy of its state into host memory,
+then, beside training, writes that copy to the node's tmpfs and sends it over one TCP connection
+per rank to the same local rank on the next node."""
 
 from __future__ import annotations
 
@@ -20,6 +24,59 @@ DOWNLOAD_GB_PER_S = 2.0
 """Ranged parallel download from S3 or GCS to one node (16 Gbit/s)."""
 GB = 1e9
 GB_PER_GIB = 2**30 / GB
+
+# Per rank: the memory tier's save.
+HOST_COPY_GB_PER_S = 10.0
+"""One rank's copy of its state into host memory (GPU to pinned host memory over its own PCIe
+link, which PCIe 4.0 x16 peaks near 25 GB/s; the durable snapshot's figure), and again into the
+tmpfs."""
+AWS_FLOW_GBPS = 5.0
+"""EC2's limit on one TCP flow between instances outside a cluster placement group (EC2 User
+Guide, "Amazon EC2 instance network bandwidth"); each local rank sends over its own flow."""
+SHELF_COPIES = 6
+"""Copies of a rank's state in the tmpfs at the peak: its own two newest steps and its peer's
+two, and one more of each while a new step is written before the oldest is dropped
+(training-image/README.md, "The memory tier")."""
+STAGING_COPIES = 1
+"""The staging buffers each rank copies its state into, in the process's memory."""
+MEMORY_COPIES = SHELF_COPIES + STAGING_COPIES
+
+
+@dataclass(frozen=True)
+class MemoryCosts:
+    """The stated inputs of a memory save's cost on one node."""
+
+    rank_gb: float
+    """What one rank's snapshot holds."""
+    ranks_per_node: int
+    copy_gb_per_s: float
+    peer_gbps: float
+    """The node's network bandwidth."""
+    flow_gbps: float | None
+    """The cloud's limit on one TCP flow; None where it states none."""
+    survives: float
+    """The share of failures without a notice it survives."""
+
+    @property
+    def send_gbps(self) -> float:
+        """What the node's ranks get together, one flow each."""
+        if self.flow_gbps is None:
+            return self.peer_gbps
+        return min(self.peer_gbps, self.ranks_per_node * self.flow_gbps)
+
+    @property
+    def blocked_s(self) -> float:
+        """Training held for a rank's copy into its staging buffers."""
+        return self.rank_gb / self.copy_gb_per_s
+
+    @property
+    def save_s(self) -> float:
+        """Until the peer holds it: the copy, another into the tmpfs, and the node's send."""
+        return 2 * self.blocked_s + self.ranks_per_node * self.rank_gb * 8 / self.send_gbps
+
+    def host_memory_gb(self) -> float:
+        """A node's host memory the tier holds at its peak, tmpfs and staging buffers."""
+        return MEMORY_COPIES * self.ranks_per_node * self.rank_gb
 
 
 class CostError(ValueError):

@@ -19,14 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from spotsafe.goodput import BLOCKING_SAVES, FINAL_SAVES, LOST_WORK
 
-from spotctl.plan.costs import Costs
-
-if TYPE_CHECKING:
-    from spotctl.plan.tiers import MemoryCosts
+from spotctl.plan.costs import Costs, MemoryCosts
 
 HOUR_S = 3600.0
 RESTARTS = "restarts"
