@@ -6,7 +6,8 @@ priority class, the class's spot-first placement, the grace period of the stack'
 podFailurePolicy that ignores preemptions, the checkpoint URI under the team's prefix, and the
 planner's checkpoint interval for the run (CHECKPOINT_INTERVAL_S, CHECKPOINT_EVERY_STEPS in the
 container's environment, for the command to save by). On several nodes, where the plan finds
-that the runtime's memory tier pays, it saves between durable saves at the two tiers' intervals
+that the runtime's memory tier pays (or `--memory-tier on`), it saves between durable saves at
+the two tiers' intervals
 (SPOTSAFE_MEMORY_EVERY_STEPS too), its copies in the pod's /dev/shm, sized with the pod's memory
 to hold them. The Job is checked as `spotctl render --validate` checks the stack before it is
 printed; every refusal is one line naming its flag.
@@ -24,12 +25,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from spotctl.options import ProgramOption, StackOption
+from spotctl.options import ProgramOption, StackOption, choices
 from spotctl.outputs import OutputError, fail, output_file
 
 if TYPE_CHECKING:
     from spotctl.job.memory import Room
     from spotctl.plan import Planned
+
+
+MemoryTier = choices("MemoryTier", ("auto", "on", "off"))
 
 
 def _refuse(message: str, code: int = 2) -> typer.Exit:
@@ -76,12 +80,13 @@ def command(
         ),
     ] = None,
     memory_tier: Annotated[
-        bool,
+        MemoryTier,
         typer.Option(
-            help="On 2+ nodes, save between durable saves in peers' memory (the runtime's memory "
-            "tier; replicated DDP states only: --no-memory-tier for a sharded one)."
+            help="On 2+ nodes, also save in peers' memory between durable saves (the runtime's "
+            "memory tier, for replicated DDP states): where the plan finds it pays (auto), "
+            "wherever it applies (on), or never (off; a sharded state needs it)."
         ),
-    ] = True,
+    ] = "auto",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the YAML here, not to stdout.")
     ] = None,

@@ -72,7 +72,7 @@ def room(
             added,
             pod_gib,
             f"{why}, more than a {largest} node holds ({room_gib:.0f} GiB); checkpoint less "
-            "state, or pass --no-memory-tier",
+            "state, or pass --memory-tier off",
         )
     quota = team.quotas[gpu_class.name]
     gpus_allowed = (
@@ -86,6 +86,6 @@ def room(
             pod_gib,
             f"{why}: {nodes * pod_gib} GiB over {nodes} nodes exceed team {team.name}'s memory "
             f"quota of {gpu_class.name}, {memory_allowed} GiB: Kueue would never admit it; "
-            "checkpoint less state, or pass --no-memory-tier",
+            "checkpoint less state, or pass --memory-tier off",
         )
     return Room(shelf, added, pod_gib)

@@ -40,11 +40,12 @@ def plan_run(
     state_gib: float,
     step_s: float,
     job_hours: float,
-    memory_tier: bool = True,
+    memory_tier: str = "auto",
 ) -> tuple[Planned, Room | str]:
-    """The plan for the run, and the memory tier's room in its pods or why it has none: it is
-    written where it applies and the plan finds the two tiers' badput below the durable tier's
-    alone. JobError where it would pay and no node, or the team's quota, holds it."""
+    """The plan for the run, and the memory tier's room in its pods or why it has none. It is
+    written where it applies and, with `memory_tier` "auto", the plan finds the two tiers'
+    badput below the durable tier's alone; "on": wherever it applies; "off": never. JobError
+    where it would be written and no node, or the team's quota, holds it."""
     gpus, gpu_class = placed.gpus_per_node, placed.gpu_class
 
     def plan(instance_type: str | None) -> Planned:
@@ -60,18 +61,18 @@ def plan_run(
         )
 
     alone = plan(node_type(settings, gpu_class, gpus, gpus * gpu_class.memory_gib_per_gpu))
-    if not memory_tier:
-        return alone, "--no-memory-tier"
+    if memory_tier == "off":
+        return alone, "--memory-tier off"
     tier = room(settings, placed.team, gpu_class, gpus, nodes, state_gib)
     if isinstance(tier, str):
         return alone, tier
     both = plan(node_type(settings, gpu_class, gpus, tier.pod_memory_gib))
     tiers = both.memory_tier
-    if not tiers["pays"]:
+    if memory_tier == "auto" and not tiers["pays"]:
         return alone, (
             f"it does not pay here: a memory save blocks {tiers['memory_blocked_s']:.3g} s for "
             f"a rank's whole state, a durable one {tiers['durable_blocked_s']:.3g} s for a node's "
-            "shard (spotctl plan shows the two tiers)"
+            "shard (spotctl plan shows the two tiers; --memory-tier on writes it)"
         )
     if tier.refused:
         raise JobError(tier.refused)

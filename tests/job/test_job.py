@@ -56,7 +56,7 @@ def write(
     stacks: dict,
     stack: str,
     nodes: int = 1,
-    memory_tier: bool = True,
+    memory_tier: str = "auto",
     state_gib: float = STATE_GIB,
     **changes,
 ) -> tuple:
@@ -78,30 +78,6 @@ def write(
         settings, stack, REPO_ROOT, placed, nodes, state_gib, STEP_S, JOB_HOURS, memory_tier
     )
     tier = None if isinstance(tier, str) else tier
-    written = write_job(settings, resources, rendered, request, placed, plan, tier)
-    return settings, written, plan, rendered
-
-
-def write_with_the_tier(stacks: dict, stack: str, nodes: int) -> tuple:
-    """(config, the Job written with the memory tier whether or not it pays, its plan, the stack
-    rendered): the room and the plan as `spotctl job` writes them where it pays."""
-    resources, rendered = stacks[stack]
-    settings = load_config(stack_values(stack))
-    request = Request("first-run", image_of(rendered), COMMAND, nodes, bucket="team-checkpoints")
-    placed = place(settings, stack, request)
-    gpus, gpu_class = placed.gpus_per_node, placed.gpu_class
-    tier = room(settings, placed.team, gpu_class, gpus, nodes, STATE_GIB)
-    assert isinstance(tier, Room) and tier.refused is None
-    plan = planned_interval(
-        stack,
-        gpu_class.name,
-        STATE_GIB * GB_PER_GIB,
-        nodes=nodes,
-        step_s=STEP_S,
-        job_hours=JOB_HOURS,
-        instance_type=node_type(settings, gpu_class, gpus, tier.pod_memory_gib),
-        program=REPO_ROOT,
-    )
     written = write_job(settings, resources, rendered, request, placed, plan, tier)
     return settings, written, plan, rendered
 
@@ -269,8 +245,8 @@ def test_the_memory_tier_has_room_for_its_copies(stacks: dict, stack: str) -> No
     in its staging buffers: /dev/shm grows by the six, the pod's memory (which the tmpfs counts
     against) by all seven, the pod lands on a type that holds it, and it saves at both tiers'
     intervals; the Job still passes the stack's checks."""
-    settings, written, plan, rendered = write_with_the_tier(stacks, stack, 3)
-    _, alone, _, _ = write(stacks, stack, 3, memory_tier=False)
+    settings, written, plan, rendered = write(stacks, stack, 3, memory_tier="on")
+    _, alone, _, _ = write(stacks, stack, 3, memory_tier="off")
     assert problems(rendered, written) == []
     [gpu_class] = settings.gpu_classes
 
@@ -298,22 +274,27 @@ def test_the_memory_tier_has_room_for_its_copies(stacks: dict, stack: str) -> No
     assert node_type(settings, gpu_class, 1, memory) != node_type(settings, gpu_class, 1)
 
 
-def test_a_memory_tier_no_node_or_quota_holds_is_refused_naming_its_flags() -> None:
-    settings = load_config(stack_values("dev"))
-    [team], [a10g] = settings.teams, settings.gpu_classes
+def test_a_memory_tier_no_node_or_quota_holds_is_refused_naming_its_flags(stacks: dict) -> None:
     # 7 x 8 GiB beside the pod's 12: more than dev's largest a10g type, g5.4xlarge, holds.
+    with pytest.raises(JobError) as refused:
+        write(stacks, "dev", 3, memory_tier="on", state_gib=8.0)
     assert re.fullmatch(
         r"--state-gib 8: the memory tier keeps up to 7 copies of each rank's whole state, 56 GiB "
         r"a pod of 1 rank\(s\) beside its 12 GiB, more than a g5\.4xlarge node holds \(\d+ GiB\); "
-        r"checkpoint less state, or pass --no-memory-tier",
-        room(settings, team, a10g, 1, 3, 8.0).refused,
+        r"checkpoint less state, or pass --memory-tier off",
+        str(refused.value),
     )
     # 40 GiB pods fit g5.4xlarge, but three exceed the team's 60 GiB of a10g memory.
-    assert room(settings, team, a10g, 1, 3, 4.0).refused.endswith(
+    with pytest.raises(JobError, match=r"^--state-gib 4: .*") as refused:
+        write(stacks, "dev", 3, memory_tier="on", state_gib=4.0)
+    assert str(refused.value).endswith(
         "120 GiB over 3 nodes exceed team research's memory quota of a10g-24gb, 60 GiB: Kueue "
-        "would never admit it; checkpoint less state, or pass --no-memory-tier"
+        "would never admit it; checkpoint less state, or pass --memory-tier off"
     )
-    assert room(settings, team, a10g, 1, 2, 1.0).refused is None
+    # Where the plan decides (auto), a tier that does not pay is left out, not refused.
+    assert "SPOTSAFE_MEMORY_EVERY_STEPS" not in env_of(
+        write(stacks, "dev", 3, state_gib=8.0)[1].job
+    )
 
 
 def test_the_memory_tier_applies_to_replicated_states_on_several_nodes() -> None:
@@ -366,6 +347,10 @@ DEV = ["--stack", "dev", *RUN, *IMAGE]
         ([*DEV, "--nodes", "0", "--", "x"], "--nodes must be at least 1"),
         ([*DEV, "--gpus-per-node", "2", "--", "x"], "--gpus-per-node 2: no instance type"),
         ([*DEV, "--state-gib", "900", "--", "x"], "--state-gib 900: a final save of each node"),
+        (
+            [*DEV, "--nodes", "3", "--memory-tier", "on", "--state-gib", "8", "--", "x"],
+            "--state-gib 8: the memory tier keeps up to 7 copies",
+        ),
         ([*DEV, "--step-s", "0", "--", "x"], "--step-s must be a positive number"),
         ([*DEV, "--name", "First_Run", "--", "x"], "--name 'First_Run': not a Job name"),
         (DEV, "--command: give the training command"),
