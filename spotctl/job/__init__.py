@@ -6,11 +6,10 @@ priority class, the class's spot-first placement, the grace period of the stack'
 podFailurePolicy that ignores preemptions, the checkpoint URI under the team's prefix, and the
 planner's checkpoint interval for the run (CHECKPOINT_INTERVAL_S, CHECKPOINT_EVERY_STEPS in the
 container's environment, for the command to save by). On several nodes, where the plan finds
-that the runtime's memory tier pays (or `--memory-tier on`), it saves between durable saves at
-the two tiers' intervals
-(SPOTSAFE_MEMORY_EVERY_STEPS too), its copies in the pod's /dev/shm, sized with the pod's memory
-to hold them. The Job is checked as `spotctl render --validate` checks the stack before it is
-printed; every refusal is one line naming its flag.
+that the runtime's memory tier pays (or with `--memory-tier on`), it saves between durable saves
+at the two tiers' intervals (SPOTSAFE_MEMORY_EVERY_STEPS too), its copies in the pod's /dev/shm,
+sized with the pod's memory to hold them. The Job is checked as `spotctl render --validate`
+checks the stack before it is printed; every refusal is one line naming its flag.
 
 The package: `request` (the flags against the stack's config), `memory` (the memory tier's room
 in the pods), `plan` (the node the pods are packed on, and the planner's intervals), `manifest`
@@ -30,6 +29,7 @@ from spotctl.outputs import OutputError, fail, output_file
 
 if TYPE_CHECKING:
     from spotctl.job.memory import Room
+    from spotctl.job.request import Placed
     from spotctl.plan import Planned
 
 
@@ -174,24 +174,22 @@ def command(
         typer.echo(text, nl=False)
     else:
         output.write_text(text)
-    typer.echo(summary(written.job, plan, tier), err=True)
+    typer.echo(summary(written.job, placed, plan, tier), err=True)
 
 
-def summary(job: dict, plan: Planned, tier: Room | str) -> str:
+def summary(job: dict, placed: Placed, plan: Planned, tier: Room | str) -> str:
     """One line: the Job, its intervals and what its memory tier takes, or why it has none."""
     from components.k8s.jobs import SHM_GIB
 
-    spec = job["spec"]
-    nodes = spec.get("completions", 1)
-    [container] = spec["template"]["spec"]["containers"]
+    nodes = job["spec"].get("completions", 1)
+    [container] = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    gpus = next(v for k, v in container["resources"]["limits"].items() if k.endswith("gpu"))
     kind, on = ("indexed Job", f"{nodes} nodes") if nodes > 1 else ("Job", "1 node")
     line = (
-        f"{kind} {job['metadata']['namespace']}/{job['metadata']['name']}: {on} of {gpus} "
-        f"{plan.inputs['gpu_class']} GPUs; checkpoint every {env['CHECKPOINT_EVERY_STEPS']} steps "
-        f"({env['CHECKPOINT_INTERVAL_S']} s, planned for the "
-        f"{plan.inputs['provider_data']['band']} interruption band)"
+        f"{kind} {placed.team.namespace}/{job['metadata']['name']}: {on} of "
+        f"{placed.gpus_per_node} {placed.gpu_class.name} GPUs; checkpoint every "
+        f"{env['CHECKPOINT_EVERY_STEPS']} steps ({env['CHECKPOINT_INTERVAL_S']} s, planned for "
+        f"the {plan.inputs['provider_data']['band']} interruption band)"
     )
     if not isinstance(tier, str):
         line += (

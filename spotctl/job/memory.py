@@ -43,8 +43,8 @@ def room(
     state_gib: float,
 ) -> Room | str:
     """The tier's room in each of the run's pods, or why it does not apply (one node, or a state
-    no GPU of the class holds whole). JobError, naming the flag, where no node of the class, or
-    the team's memory quota, holds it (`refused`)."""
+    no GPU of the class holds whole); its `refused` names the flags where no node of the class,
+    or the team's memory quota, holds it."""
     types = catalog(settings.cloud).instance_types
     gpu_memory_gib = types[gpu_class.instance_types[0]].gpu_memory_gib
     if nodes < 2:
