@@ -4,9 +4,9 @@ alone and with the memory tier, measured on one seeded schedule of kills and pla
 Two ranks of the example trainer stand for two nodes (spotsafe.bench.nodes), each with host
 memory of its own; the job saves durably every `two_node_every_steps` steps to the drill's S3
 bucket. The schedule: `node_losses` losses of one node (its rank SIGKILLed, its memory gone)
-and one loss of both at once, each striking a seeded number of steps (one to two durable
-intervals) past the furthest step on record, so it lands anywhere in a save's period; after
-each, both ranks restart as torchrun's agents would. The same schedule strikes the job twice:
+and one loss of both at once, each at a seeded step one to two durable intervals after the one
+before, so it lands anywhere in a save's period; after each, both ranks restart as torchrun's
+agents would. The same schedule strikes the job twice, at the same steps:
 the durable tier alone (before), then with a memory save every `memory_every_steps` steps
 (after). A kill loses the furthest step on record less the step resumed from. The memory tier
 must survive every one-node loss that left it a newer step than the bucket's on the surviving
@@ -46,28 +46,27 @@ BOTH = (0, 1)
 @dataclass(frozen=True)
 class Kill:
     nodes: tuple[int, ...]
-    steps_past: int
-    """It strikes once the job is this many steps past the furthest step on record (the
-    previous kill's, or the first durable checkpoint's for the first)."""
+    at_step: int
+    """It strikes once the job's furthest step on record reaches this one."""
 
 
 def schedule(config: DrillConfig) -> list[Kill]:
-    """The seeded kills: one-node losses (node 0 or 1) and, among them, one loss of both."""
+    """The seeded kills, one to two durable intervals apart, from one interval on: one-node
+    losses (node 0 or 1) and, among them, one loss of both."""
     rng = random.Random(config.seed)
     every = config.two_node_every_steps
-
-    def past() -> int:
-        return rng.randrange(every, 2 * every)
-
-    kills = [Kill((rng.randrange(2),), past()) for _ in range(config.node_losses)]
-    kills.insert(rng.randrange(len(kills) + 1), Kill(BOTH, past()))
+    lost = [(rng.randrange(2),) for _ in range(config.node_losses)]
+    lost.insert(rng.randrange(len(lost) + 1), BOTH)
+    steps, kills = every, []
+    for nodes in lost:
+        steps += rng.randrange(every, 2 * every)
+        kills.append(Kill(nodes, steps))
     return kills
 
 
 def job_steps(config: DrillConfig, kills: list[Kill]) -> int:
-    """Steps of the job: the first durable checkpoint, every kill's steps, and room after the
-    last for the moments a kill strikes past its step."""
-    return sum(k.steps_past for k in kills) + 3 * config.two_node_every_steps
+    """Steps of the job: past the last kill, room for the steps a kill strikes late by."""
+    return kills[-1].at_step + 2 * config.two_node_every_steps
 
 
 def run_part(
@@ -116,14 +115,12 @@ def _strike(
     paced = [*args, "--step-s", str(config.two_node_step_s)]
     nodes = Nodes(uri, _nodes(memory), paced, memory_every, env)
     nodes.start()
-    nodes.wait(nodes.committed, poll_s=POLL_S)
-    mark, losses = nodes.reached(), []
+    nodes.wait(nodes.committed, poll_s=POLL_S)  # a first checkpoint to fall back to
+    losses = []
     for kill in kills:
-        target = mark + kill.steps_past
-        nodes.wait(lambda t=target: nodes.reached() >= t, poll_s=POLL_S)
+        nodes.wait(lambda k=kill: nodes.reached() >= k.at_step, poll_s=POLL_S)
         loss = nodes.lose(*kill.nodes)
         losses.append(loss)
-        mark = loss.reached
         say(
             f"{_lost_nodes(kill.nodes):>13} at step {loss.reached}: resumed from step "
             f"{loss.resumed_from} ({loss.source}), {loss.lost_steps} steps lost"
@@ -196,7 +193,7 @@ def report(
         "kills": [
             {
                 "nodes": list(kill.nodes),
-                "steps_past": kill.steps_past,
+                "at_step": kill.at_step,
                 **{arm: _loss_json(arms[arm][0][i]) for arm in ARMS},
             }
             for i, kill in enumerate(kills)

@@ -5,6 +5,7 @@ uninterrupted run."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def test_the_schedule_is_seeded_and_loses_both_nodes_once() -> None:
     assert kills == schedule(CONFIG) != schedule(DrillConfig(seed=4, node_losses=1))
     assert sorted(k.nodes for k in kills)[-1] == BOTH
     assert [len(k.nodes) for k in kills].count(1) == CONFIG.node_losses
-    assert all(DURABLE <= k.steps_past < 2 * DURABLE for k in kills)
+    steps = [DURABLE, *(k.at_step for k in kills)]
+    assert all(DURABLE <= b - a < 2 * DURABLE for a, b in itertools.pairwise(steps))
 
 
 def test_one_node_lost_resumes_from_memory_both_lost_from_the_bucket(part: dict) -> None:
