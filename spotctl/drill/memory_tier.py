@@ -6,12 +6,12 @@ memory of its own; the job saves durably every `two_node_every_steps` steps to t
 bucket. The schedule: `node_losses` losses of one node (its rank SIGKILLed, its memory gone)
 and one loss of both at once, each at a seeded step one to two durable intervals after the one
 before, so it lands anywhere in a save's period; after each, both ranks restart as torchrun's
-agents would. The same schedule strikes the job twice, at the same steps:
-the durable tier alone (before), then with a memory save every `memory_every_steps` steps
-(after). A kill loses the furthest step on record less the step resumed from. The memory tier
-must survive every one-node loss that left it a newer step than the bucket's on the surviving
-node (resumed from there, from memory); the loss of both falls back to the bucket. Each arm
-must end with the weights of an uninterrupted run, bitwise.
+agents would. The same schedule strikes the job twice, at the same steps: the durable tier
+alone (before), then with a memory save every `memory_every_steps` steps (after). A kill loses
+the furthest step on record less the step resumed from. The memory tier must survive every
+one-node loss that left it a newer step than the bucket's on the surviving node (resumed from
+there, from memory); the loss of both falls back to the bucket. Each arm must end with the
+weights of an uninterrupted run, bitwise.
 
 The planner's prediction comes from its own model (spotctl.plan.model.lost_per_loss_s) at this
 job's step and its saves' blocked and kept times, measured on the same ranks after the
