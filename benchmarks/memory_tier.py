@@ -39,7 +39,8 @@ def rank_main(bucket_uri: str, memory: Path, mb: int, repeats: int) -> None:
     import torch.distributed as dist
     from spotsafe import Checkpointer
     from spotsafe.bench.saves import live_tensors, mlp_state
-    from spotsafe.bench.stats import median, timed
+    from spotsafe.bench.stats import timed
+    from spotsafe.bench.tiers import save_timings, slowest
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -47,15 +48,7 @@ def rank_main(bucket_uri: str, memory: Path, mb: int, repeats: int) -> None:
     state = mlp_state(mb * 1_000_000)
     tiered = dict(memory_every_steps=1, memory_dir=str(memory))
     ckpt = Checkpointer(bucket_uri, keep_last=2, **tiered)
-    durable_blocked, memory_blocked, durable_s, memory_s = [], [], [], []
-    for step in range(1, 2 * repeats + 1, 2):
-        dist.barrier()
-        durable_blocked.append(timed(lambda: ckpt.save(step, state)))  # noqa: B023 - called at once
-        durable_s.append(durable_blocked[-1] + timed(ckpt.wait))
-        dist.barrier()
-        # A step the durable cadence (none here) does not take: the memory tier's alone.
-        memory_blocked.append(timed(lambda: ckpt.maybe_save(step + 1, state)))  # noqa: B023
-        memory_s.append(memory_blocked[-1] + timed(ckpt.memory.wait))
+    saves = save_timings(ckpt, state, repeats)
     ckpt.close()
     from_peer, from_bucket = [], []
     for _ in range(repeats):
@@ -71,21 +64,19 @@ def rank_main(bucket_uri: str, memory: Path, mb: int, repeats: int) -> None:
             assert step[0] == expected, f"the {tier} restore loaded step {step[0]}"
             reader.close()
     per_rank: list = [None] * RANKS
-    dist.all_gather_object(per_rank, (durable_blocked, memory_blocked, durable_s, memory_s,
-                                      from_peer, from_bucket))  # fmt: skip
+    restores = {"restore_from_peer_s": from_peer, "restore_from_bucket_s": from_bucket}
+    dist.all_gather_object(per_rank, {**saves, **restores})
     if rank == 0:
-        slowest = [list(map(max, *(r[i] for r in per_rank))) for i in range(6)]
-        peer_s, bucket_s = median(slowest[4]), median(slowest[5])
+        medians = slowest(per_rank)
         figures = {
             "state_bytes_per_rank": sum(t.nbytes for t in live_tensors(state)),
-            "restore_from_peer_s": round(peer_s, 4),
-            "restore_from_bucket_s": round(bucket_s, 4),
-            "peer_over_bucket": round(peer_s / bucket_s, 3),
-            "memory_save_blocked_s": round(median(slowest[1]), 4),
-            "durable_save_blocked_s": round(median(slowest[0]), 4),
-            "memory_over_durable_blocked": round(median(slowest[1]) / median(slowest[0]), 3),
-            "memory_save_to_peer_s": round(median(slowest[3]), 4),
-            "durable_save_s": round(median(slowest[2]), 4),
+            **{name: round(seconds, 4) for name, seconds in medians.items()},
+            "peer_over_bucket": round(
+                medians["restore_from_peer_s"] / medians["restore_from_bucket_s"], 3
+            ),
+            "memory_over_durable_blocked": round(
+                medians["memory_save_blocked_s"] / medians["durable_save_blocked_s"], 3
+            ),
         }
         print(json.dumps(figures))
     dist.destroy_process_group()
@@ -103,12 +94,7 @@ def lost_steps(uri: str, root: Path, memory_every: int | None, kills: int) -> li
     nodes.wait(nodes.committed)  # past the first durable save
     for _ in range(kills):
         time.sleep(rng.uniform(0.0, 3.0))
-        nodes.kill(1)
-        nodes.lose_memory(1)
-        reached = nodes.reached()
-        nodes.start()
-        nodes.wait(lambda: nodes.resumed_from(0))
-        lost.append(reached - nodes.resumed_from(0)[0])
+        lost.append(nodes.lose(1).lost_steps)
     nodes.kill(0, 1)
     return lost
 

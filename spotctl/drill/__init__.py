@@ -77,6 +77,20 @@ def command(
         float,
         typer.Option(help="Baseline arm: seconds until someone restarts a pod that died."),
     ] = D.manual_delay_s,
+    memory_tier: Annotated[
+        bool,
+        typer.Option(
+            "--memory-tier",
+            help="Also measure the memory tier: hard kills of a two-node job, with the durable "
+            "tier alone and with a memory save every --memory-every-steps.",
+        ),
+    ] = D.memory_tier,
+    node_losses: Annotated[
+        int, typer.Option(help="--memory-tier: losses of one node, beside one loss of both.")
+    ] = D.node_losses,
+    memory_every_steps: Annotated[
+        int, typer.Option(help="--memory-tier: a memory save every K steps.")
+    ] = D.memory_every_steps,
     out: Annotated[Path, typer.Option(help="Directory for pod logs and timeline.png.")] = Path(
         "out/drill"
     ),
@@ -147,6 +161,9 @@ def command(
             prices=Prices(spot=spot_price, on_demand=on_demand_price),
             baseline_jobs=baseline_jobs,
             manual_delay_s=manual_delay_s,
+            memory_tier=memory_tier,
+            node_losses=node_losses,
+            memory_every_steps=memory_every_steps,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
@@ -170,12 +187,15 @@ def command(
             written += [json_path] if json_path.is_file() else []
         target.record(written)
     # Goals are reported; a job that did not recover exactly fails the drill, and so does a
-    # planner whose prediction misses what the drill measured.
-    check = report["planner_check"]
+    # planner whose prediction misses what the drill measured, or a memory tier that did not
+    # hold a kill it could.
+    check, goals = report["planner_check"], report["goals"]
     if (
         not all(j["finished"] for j in report["jobs"])
-        or not report["goals"]["weights_match_references"]
+        or not goals["weights_match_references"]
         or (check is not None and not check["within_tolerance"])
+        or goals["memory_tier_kills_missed"]
+        or goals["memory_tier_weights_match_reference"] is False
     ):
         raise typer.Exit(1)
 

@@ -84,6 +84,19 @@ class DrillConfig:
     manual_delay_s: float = SEED_MANUAL_RECOVERY_S / CLOUD_SECONDS_PER_DRILL_SECOND
     """The baseline arm's wait from a pod's death until someone starts it again: the seed's
     40 minutes at the drill's time scale."""
+    memory_tier: bool = False
+    """Also run the memory tier's part (spotctl.drill.memory_tier): hard kills of a two-node
+    job, with the durable tier alone and with the memory tier. Off by default, as the tier is
+    in the runtime."""
+    node_losses: int = 3
+    """The memory tier's part: losses of one node in its schedule, beside one loss of both."""
+    memory_every_steps: int = 5
+    """The memory tier's part: a memory save every this many steps."""
+    two_node_every_steps: int = 50
+    """The memory tier's part: the two-node job's durable cadence, in steps."""
+    two_node_step_s: float = 0.02
+    """The memory tier's part: the two-node job's steps are paced to last this long at least,
+    so that a kill lands within a step or two of the step it aims at."""
 
     @property
     def baseline_job_count(self) -> int:
@@ -116,6 +129,13 @@ class DrillConfig:
             problems.append("--baseline-jobs must not be negative")
         if self.manual_delay_s < 0:
             problems.append("--manual-delay-s must not be negative")
+        if self.node_losses < 1:
+            problems.append("--node-losses must be at least 1")
+        if not 1 <= self.memory_every_steps < self.two_node_every_steps:
+            problems.append(
+                "--memory-every-steps must be at least 1 and below the two-node job's durable "
+                f"interval ({self.two_node_every_steps} steps)"
+            )
         if self.prices.spot < 0 or self.prices.on_demand <= 0:
             problems.append("prices must be positive")
         if problems:

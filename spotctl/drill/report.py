@@ -101,7 +101,13 @@ def baseline(outcome: Outcome, goodput: dict, measures: dict, config: DrillConfi
     }
 
 
-def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | None = None) -> dict:
+def build(
+    outcome: Outcome,
+    config: DrillConfig,
+    baseline_outcome: Outcome | None = None,
+    memory_tier: dict | None = None,
+) -> dict:
+    """The report; memory_tier: the memory tier's part (spotctl.drill.memory_tier), when run."""
     pools = pool_stats(outcome)
     prices = _prices(config)
     actual = _cost(pools, prices)
@@ -142,6 +148,7 @@ def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | Non
         "stockout": stockout(outcome, config),
         "goodput": accounting.summary(outcome),
         "baseline": None,
+        "memory_tier": memory_tier,
     }
     platform = arm_measures(outcome, report["goodput"], config)
     base = {}
@@ -176,6 +183,10 @@ def build(outcome: Outcome, config: DrillConfig, baseline_outcome: Outcome | Non
         "goodput_vs_baseline": platform["goodput"] / base_goodput if base_goodput else None,
         "manual_interventions": platform["manual_interventions"],
         "baseline_manual_interventions": report["comparison"]["manual_interventions"]["baseline"],
+        # The memory tier's part: kills it could hold yet did not, and exact resume in its arms.
+        "memory_tier_kills_missed": memory_tier and memory_tier["survivable_kills_missed"],
+        "memory_tier_weights_match_reference": memory_tier
+        and all(memory_tier["weights_match_reference"].values()),
     }
     report["planner_check"] = planner_check(report)
     report["projection"] = projection.project(report) if report["planner_check"] else None
@@ -302,6 +313,21 @@ def tables(report: dict):
                 "<=",
             )
         )
+    if report["memory_tier"] is not None:
+        rows += [
+            (
+                "memory tier: one-node kills it held, resumed elsewhere",
+                g["memory_tier_kills_missed"],
+                0,
+                "==",
+            ),
+            (
+                "memory tier: both arms' weights = reference",
+                int(g["memory_tier_weights_match_reference"]),
+                1,
+                "==",
+            ),
+        ]
     check = report["planner_check"]
     if check is not None:
         rows += [
@@ -332,7 +358,48 @@ def tables(report: dict):
         tables += [planner_table(check), projection_table(report["projection"])]
     if report["baseline"] is not None:
         tables += [badput_table("Goodput, baseline arm", report["baseline"]), comparison(report)]
+    if report["memory_tier"] is not None:
+        tables.append(memory_tier_table(report["memory_tier"]))
     return tables
+
+
+def memory_tier_table(part: dict):
+    """Lost steps per hard kill of the two-node job: the durable tier alone, then with the
+    memory tier; measured kill by kill, and as the planner predicts them."""
+    from rich.table import Table
+
+    table = Table(title="Hard kills of a two-node job: durable tier alone → with the memory tier")
+    for column in ("kill", "lost steps, durable only", "lost steps, memory tier"):
+        table.add_column(column, overflow="fold")
+    for i, kill in enumerate(part["kills"], 1):
+        lost = "both nodes" if len(kill["nodes"]) > 1 else f"node {kill['nodes'][0]}"
+        cells = (
+            f"{kill[arm]['lost_steps']} (from {kill[arm]['resumed_from']}, {kill[arm]['source']})"
+            for arm in ("durable_only", "memory_tier")
+        )
+        table.add_row(f"{i}: {lost}", *cells)
+    measured, planned = part["lost_steps"], part["planned_lost_steps"]
+    for key, label in (("mean", "every kill"), ("one_node", "one node"), ("both_nodes", "both")):
+        for kind, figures in (("measured", measured), ("planned", planned)):
+            table.add_row(
+                f"mean, {label}: {kind}",
+                *(f"{figures[arm][key]:.1f}" for arm in ("durable_only", "memory_tier")),
+            )
+    job, saves = part["job"], part["saves"]
+    same = " and ".join(
+        arm.replace("_", " ") for arm, ok in part["weights_match_reference"].items() if ok
+    )
+    table.caption = (
+        f"two ranks standing for two nodes, a step of {job['step_s'] * 1000:.1f} ms; durable "
+        f"save every {job['durable_every_steps']} steps (blocks "
+        f"{saves['durable_save_blocked_s'] * 1000:.1f} ms, durable after "
+        f"{saves['durable_save_s'] * 1000:.0f} ms), memory save every "
+        f"{job['memory_every_steps']} (blocks {saves['memory_save_blocked_s'] * 1000:.1f} ms, on "
+        f"the peer after {saves['memory_save_to_peer_s'] * 1000:.0f} ms). Planned: the "
+        "planner's loss at a uniform moment of each tier's period, in steps. Weights = the "
+        f"uninterrupted run's: {same or 'NEITHER arm'}"
+    )
+    return table
 
 
 def planner_table(check: dict):

@@ -1,9 +1,10 @@
 """One drill from start to finish: servers up, references, the platform arm, the baseline arm
-on the same interruption schedule, the report."""
+on the same interruption schedule, the memory tier's part when asked for, the report."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import boto3
@@ -15,6 +16,7 @@ from spotctl.drill import report as reporting
 from spotctl.drill.baseline import BaselineDrill
 from spotctl.drill.config import DrillConfig
 from spotctl.drill.harness import Drill, Event, Outcome, reference_runs
+from spotctl.drill.memory_tier import run_part
 
 BUCKET = "drill"
 
@@ -48,8 +50,14 @@ def run_drill(config: DrillConfig, out: Path, json_path: Path | None, console: C
             )
             baseline = BaselineDrill(config, f"s3://{BUCKET}/baseline", env, logs / "baseline")
             baseline_outcome = _run_arm(baseline, config, console)
+        memory_tier = None
+        if config.memory_tier:
+            with tempfile.TemporaryDirectory(prefix="spotctl-drill-nodes-") as nodes:
+                memory_tier = run_part(
+                    config, f"s3://{BUCKET}/memory-tier", env, Path(nodes), console.print
+                )
 
-    report = reporting.build(outcome, config, baseline_outcome)
+    report = reporting.build(outcome, config, baseline_outcome, memory_tier)
     chart = out / "timeline.png"
     arms = [("platform", outcome)]
     if baseline_outcome is not None:

@@ -130,6 +130,11 @@ def test_pools_cost_and_timeline_are_reported(report: dict) -> None:
         (["--size", "huge"], "Invalid value for '--size': 'huge' is not one of 'small', 'medium'"),
         (["--notice-s", "0"], "--notice-s must be positive"),
         (["--cloud", "azure"], "Invalid value for '--cloud': 'azure' is not one of 'any', 'gcp'"),
+        (
+            ["--memory-tier", "--memory-every-steps", "50"],
+            "--memory-every-steps must be at least 1 and below the two-node job's durable "
+            "interval (50 steps)",
+        ),
     ],
 )
 def test_bad_options_are_named_without_a_traceback(args: list[str], message: str) -> None:

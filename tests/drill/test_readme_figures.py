@@ -32,6 +32,8 @@ def test_the_drill_figures_are_its_defaults() -> None:
     assert WORDS[kills] == drill.hard_kills
     [points] = stated(r"more than (\d+) points from the prediction")
     assert int(points) == round(100 * TOLERANCE)
+    [losses] = stated(r"two-node job with (\w+) losses of one node")
+    assert WORDS[losses] == drill.node_losses
 
 
 def test_the_seeds_figures_are_the_ones_the_code_holds_to() -> None:

@@ -1,10 +1,11 @@
 """Ranks of one run as local processes standing for nodes, each node's host memory a directory
-of its own, for the memory tier's tests and benchmark.
+of its own, for the memory tier's tests, benchmark and drill.
 
-Rank r of the example trainer runs on node r as torchrun would start it (a gloo rank per node);
-a node's memory directory is its ``SPOTSAFE_MEMORY_DIR``. Losing a node is a SIGKILL to its rank
-and the removal of its directory; the other ranks fail on the lost peer, as a torchrun agent's
-workers do before it restarts them.
+Rank r of the example trainer (or of another module taking --checkpoint-uri) runs on node r as
+torchrun would start it (a gloo rank per node); a node's memory directory is its
+``SPOTSAFE_MEMORY_DIR``. Losing a node is a SIGKILL to its rank and the removal of its
+directory; the other ranks fail on the lost peer, as a torchrun agent's workers do before it
+restarts them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from spotsafe import goodput
@@ -26,6 +28,32 @@ from spotsafe.manifest import step_of
 from spotsafe.storage import open_store
 
 _RESUMED = re.compile(r"resumed from step (\d+) \((the memory tier|[^)]*)")
+TRAINER = "spotsafe.examples.train"
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Nodes lost at once, and how the run came back."""
+
+    nodes: tuple[int, ...]
+    reached: int
+    """The furthest step on record when they went."""
+    durable: int
+    """The newest committed checkpoint's step then; 0 when none."""
+    kept: int
+    """The newest step of which a surviving node held every rank's snapshot; 0 when none."""
+    resumed_from: int
+    source: str
+    """Where the run resumed from: 'memory' or 'bucket'."""
+
+    @property
+    def lost_steps(self) -> int:
+        return self.reached - self.resumed_from
+
+    @property
+    def survivable(self) -> bool:
+        """Whether the memory tier held a step newer than the bucket's on a surviving node."""
+        return self.kept > self.durable
 
 
 class Nodes:
@@ -38,8 +66,9 @@ class Nodes:
         args: list[str],
         memory_every: int | None,
         env: dict[str, str] | None = None,
+        module: str = TRAINER,
     ) -> None:
-        self.uri, self.memory, self.args = uri, memory, args
+        self.uri, self.memory, self.args, self.module = uri, memory, args, module
         self.every = memory_every
         self.env = {**os.environ, **(env or {}), "SPOTSAFE_PROGRESS_S": "0.01"}
         if memory_every:
@@ -58,7 +87,7 @@ class Nodes:
                 [
                     sys.executable,
                     "-m",
-                    "spotsafe.examples.train",
+                    self.module,
                     *self.args,
                     "--checkpoint-uri",
                     self.uri,
@@ -95,7 +124,10 @@ class Nodes:
         """The furthest step on record (rank 0 records it as it trains, and when it fails)."""
         return goodput.reached_before(self.store, sys.maxsize)
 
-    def wait(self, ready: Callable[[], object], timeout: float = 120) -> None:
+    def wait(
+        self, ready: Callable[[], object], timeout: float = 120, poll_s: float = 0.002
+    ) -> None:
+        """Until ready() is true; poll_s apart, gentler on a store that ready() reads."""
         deadline = time.monotonic() + timeout
         while not ready():
             for rank, proc in enumerate(self.ranks):
@@ -103,7 +135,7 @@ class Nodes:
                     raise RuntimeError(f"rank {rank} exited: {self.log(rank)[-3000:]}")
             if time.monotonic() > deadline:
                 raise TimeoutError("the moment never came")
-            time.sleep(0.002)
+            time.sleep(poll_s)
 
     def holds(self, held: int, committed: int) -> Callable[[], bool]:
         """Whether node 0 holds every rank's snapshot of step `held` or later, and the bucket a
@@ -124,6 +156,19 @@ class Nodes:
     def lose_memory(self, *nodes: int) -> None:
         for node in nodes:
             shutil.rmtree(self.memory[node], ignore_errors=True)
+
+    def lose(self, *nodes: int) -> Loss:
+        """Those nodes vanish (their ranks killed, their memory gone) and every rank starts
+        again, the lost ones on replacements, as torchrun's agents restart a run: how far the
+        run had got and where it resumed from."""
+        self.kill(*nodes)
+        self.lose_memory(*nodes)
+        alive = [node for node in range(len(self.memory)) if node not in nodes]
+        kept = max((max(self.all_held(node), default=0) for node in alive), default=0)
+        reached, durable = self.reached(), self.committed()
+        self.start()
+        self.wait(lambda: self.resumed_from(0))
+        return Loss(tuple(nodes), reached, durable, kept, *self.resumed_from(0))
 
     def finish(self) -> str:
         """Every rank trains to the end; rank 0's last stdout line."""
