@@ -267,17 +267,21 @@ def stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
 def snapshot(
     state: Mapping[str, Any], staging: dict[str, torch.Tensor] | None = None
 ) -> dict[str, Any]:
-    """A CPU copy of every state dict, independent of the live objects (training may go on).
+    """A CPU copy of every state dict, independent of the live objects (training may go on)."""
+    return stage({key: obj.state_dict() for key, obj in stateful_items(state).items()}, staging)
+
+
+def stage(
+    dicts: Mapping[str, Any], staging: dict[str, torch.Tensor] | None = None
+) -> dict[str, Any]:
+    """A CPU copy of state dicts, by key.
 
     Tensors are copied into the staging buffers of an earlier snapshot when their shapes still
     match, so a steady-state snapshot is one memcpy with no allocation or page faults.
     """
     staging = {} if staging is None else staging
     used: dict[str, torch.Tensor] = {}
-    snap = {
-        key: _copied(obj.state_dict(), key, staging, used)
-        for key, obj in stateful_items(state).items()
-    }
+    snap = {key: _copied(value, key, staging, used) for key, value in dicts.items()}
     staging.clear()
     staging.update(used)  # buffers of tensors that no longer exist are let go
     return snap
