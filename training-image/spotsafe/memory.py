@@ -259,9 +259,10 @@ class MemoryTier:
         if busy.item():
             log.debug("memory checkpoint at step %d skipped: a save is still in flight", step)
             return False
-        layouts: dict[str, str] = {}
-        dicts = {key: _local(obj.state_dict(), key, layouts)
+        shards: dict[str, Any] = {}
+        dicts = {key: state_mod.local_shards(obj.state_dict(), key, shards)
                  for key, obj in sharded.dcp_entries(state).items()}  # fmt: skip
+        layouts = {path: _layout(tensor) for path, tensor in shards.items()}
         snap = {"state": state_mod.stage(dicts, self._staging), "layouts": layouts}
         self._pending = self._executor.submit(self._keep, step, snap)
         return True
@@ -443,31 +444,17 @@ def _layout(tensor: Any) -> str:
             f"{list(mesh.shape)} at {list(mesh.get_coordinate() or ())}")  # fmt: skip
 
 
-def _local(value: Any, path: str, layouts: dict[str, str]) -> Any:
-    """A state dict with each DTensor replaced by this rank's local shard (no copy), its layout
-    recorded in layouts by path."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(value, DTensor):
-        layouts[path] = _layout(value)
-        return value.to_local()
-    if isinstance(value, dict):
-        return {k: _local(v, f"{path}/{k}", layouts) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_local(v, f"{path}/{i}", layouts) for i, v in enumerate(value))
-    return value
-
-
 def _layout_mismatch(saved: dict[str, str], state: Mapping[str, Any]) -> str:
     """How a snapshot's DTensor layouts differ from the live state's; empty when they match.
     Optimizers are left out: their state follows their parameters', and reading a fresh one's
     would initialise it."""
-    live: dict[str, str] = {}
+    shards: dict[str, Any] = {}
     keys = set()
     for key, obj in state_mod.stateful_items(state).items():
         if not isinstance(obj, torch.optim.Optimizer):
             keys.add(key)
-            _local(obj.state_dict(), key, live)
+            state_mod.local_shards(obj.state_dict(), key, shards)
+    live = {path: _layout(tensor) for path, tensor in shards.items()}
     saved = {path: layout for path, layout in saved.items() if path.split("/")[0] in keys}
     for path in sorted(saved.keys() | live.keys()):
         if saved.get(path) != live.get(path):
