@@ -12,10 +12,11 @@ vanishes takes its ranks' copies with it; the peer's replicas survive.
 Every rank takes the same steps: at a due step the ranks agree (one all_reduce of one number,
 on a gloo group of the tier's own) to skip it while any rank's previous save is still being
 written or sent, so a step is taken only once the one before is whole on every node. Each copy
-keeps its two newest steps, so every node always holds every rank's previous step, however a
-slow link lags; ranks decide on their own, a slow rank's replicas could lag its peer's own steps
-by two until no step was held for every rank. The agreement waits for no copy or transfer, only
-for every rank to reach the step, which data-parallel training's collectives make them do anyway.
+keeps its two newest steps, so a node always holds the previous step of every rank it keeps,
+however slow a rank or a link (were each rank to decide alone, a slow rank's replicas could fall
+two steps behind its peers' own copies, leaving no step held for every rank). The agreement
+waits for no copy or transfer, only for every rank to reach the step, which data-parallel
+training's collectives make them do anyway.
 
 It is a cache, never the record: nothing here touches the bucket, and the durable tier's
 commit, fencing and verification are unchanged. At restore every rank lists the snapshots its
@@ -250,8 +251,9 @@ class MemoryTier:
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
         """Snapshot now when the step is due and every rank's previous save is done; keep it
         and send it to the peer in the background. A due step is skipped, on every rank alike,
-        while any rank's previous one is in flight: a cache never holds training. True when a
-        save started."""
+        while any rank's previous one is in flight: a cache never holds training. Every rank
+        calls it at the same steps, as sharded saves need: a due step's agreement is a
+        collective. True when a save started."""
         if step % self.every:
             return False
         busy = torch.tensor([int(self._pending is not None and not self._pending.done())])
@@ -474,7 +476,8 @@ def _placed(saved: Any, live: Any, path: str, layouts: dict[str, str], where: st
                 f"checkpoint {where} holds {path} {layouts[path]}, which does not fit the state "
                 "to restore into"
             )
-        live.to_local().copy_(saved)
+        with torch.no_grad():  # a parameter's shard too
+            live.to_local().copy_(saved)
         return live
     if isinstance(saved, dict):
         return {k: _placed(v, _child(live, k), f"{path}/{k}", layouts, where)
