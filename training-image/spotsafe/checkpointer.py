@@ -483,8 +483,6 @@ class Checkpointer:
             self._executor.shutdown(wait=True)
             if self.memory is not None:
                 self.memory.close()
-            if self._sharded is not None:
-                self._sharded.close()
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -1,21 +1,32 @@
 """The memory tier: every few steps, each rank's snapshot in host memory and in a peer's.
 
 Between durable saves, which the object store's cost spaces minutes apart, every
-``memory_every_steps`` steps each rank copies its state (the full state a durable save takes)
-into host staging buffers, the only part that holds training. A background thread then writes
-it to ``memory_dir`` (a tmpfs: host memory that outlives the process, so a worker that torchrun
-restarts on a surviving node still has it) and sends it to one peer on another node, which keeps
-it in its own ``memory_dir``. A node that vanishes takes its ranks' copies with it; the peer's
-replicas survive. Each copy keeps the two newest steps, so a kill landing mid-save still leaves
-a step that every rank's snapshot reached.
+``memory_every_steps`` steps each rank copies its state (what a durable save takes: a
+replicated (DDP) state whole, a sharded one (DTensors, as FSDP and tensor parallelism keep
+parameters) as this rank's local shards) into host staging buffers, the only part that holds
+training. A background thread then writes it to ``memory_dir`` (a tmpfs: host memory that
+outlives the process, so a worker that torchrun restarts on a surviving node still has it) and
+sends it to one peer on another node, which keeps it in its own ``memory_dir``. A node that
+vanishes takes its ranks' copies with it; the peer's replicas survive.
+
+Every rank takes the same steps: at a due step the ranks agree (one all_reduce of one number,
+on a gloo group of the tier's own) to skip it while any rank's previous save is still being
+written or sent, so a step is taken only once the one before is whole on every node. Each copy
+keeps its two newest steps, so a node always holds the previous step of every rank it keeps,
+however slow a rank or a link (were each rank to decide alone, a slow rank's replicas could fall
+two steps behind its peers' own copies, leaving no step held for every rank). The agreement
+waits for no copy or transfer, only for every rank to reach the step, which data-parallel
+training's collectives make them do anyway.
 
 It is a cache, never the record: nothing here touches the bucket, and the durable tier's
 commit, fencing and verification are unchanged. At restore every rank lists the snapshots its
 node holds; one is used only if its step is newer than the newest committed checkpoint, every
 rank of the same world size has one at that step (on its own node or a live peer's), and each
 verifies against the CRC32C taken when it was written (a rank tries its own node's copy, then
-its peers'). One rank short, or one rank with no copy that verifies, and every rank restores
-from the bucket instead.
+its peers'). A sharded snapshot records each DTensor's layout (global shape, placements, mesh
+shape, this rank's place in the mesh) and is used only by a state laid out alike; its shards are
+copied in place into the live DTensors' local tensors. One rank short, or one rank with no copy
+that verifies and fits, and every rank restores from the bucket instead.
 
 Transport: a plain TCP connection per transfer, to a small server each rank runs on a thread.
 It needs nothing from the training's process group, so it never meets NCCL's or gloo's
@@ -46,9 +57,9 @@ from typing import Any
 
 import torch
 
-from spotsafe import checksum
+from spotsafe import checksum, sharded
 from spotsafe import state as state_mod
-from spotsafe.errors import ConfigError, CorruptCheckpointError
+from spotsafe.errors import ConfigError, CorruptCheckpointError, StateMismatchError
 
 log = logging.getLogger("spotsafe")
 
@@ -218,6 +229,9 @@ class MemoryTier:
         self._pending: Future | None = None
         self._warned = False
         self.token = ""  # none is accepted before the ranks have agreed on one
+        # The tier's collectives: gloo whatever the training uses, apart from the durable
+        # saves' group, whose collectives run on the save thread.
+        self.group = dist.new_group(backend="gloo")
         # What a kill cut short here, in this rank's files and in those of the rank it keeps
         # replicas for, before anything is written there again.
         self.shelf.drop_partial(self.rank)
@@ -228,24 +242,30 @@ class MemoryTier:
         ).start()
         me = (_reachable_host(), self._server.server_address[1], secrets.token_hex(16))
         gathered: list[tuple[str, int, str]] = [me] * self.world_size
-        dist.all_gather_object(gathered, me)  # every rank's, in rank order
+        dist.all_gather_object(gathered, me, group=self.group)  # every rank's, in rank order
         self.addresses = [(host, port) for host, port, _ in gathered]
         self.token = gathered[0][2]
 
     # ---- save --------------------------------------------------------------------------------
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
-        """Snapshot now when the step is due and the previous save is done; keep it and send
-        it to the peer in the background. A due step is skipped while one is in flight: a cache
-        never holds training. True when a save started."""
+        """Snapshot now when the step is due and every rank's previous save is done; keep it
+        and send it to the peer in the background. A due step is skipped, on every rank alike,
+        while any rank's previous one is in flight: a cache never holds training. Every rank
+        calls it at the same steps, as sharded saves need: a due step's agreement is a
+        collective. True when a save started."""
         if step % self.every:
             return False
-        if self._pending is not None and not self._pending.done():
-            log.debug("memory checkpoint at step %d skipped: the previous one is in flight", step)
+        busy = torch.tensor([int(self._pending is not None and not self._pending.done())])
+        torch.distributed.all_reduce(busy, op=torch.distributed.ReduceOp.MAX, group=self.group)
+        if busy.item():
+            log.debug("memory checkpoint at step %d skipped: a save is still in flight", step)
             return False
-        if self._pending is None:  # the first save: the state is whole on every rank, or refused
-            _refuse_sharded(state)
-        snap = state_mod.snapshot(state, self._staging)
+        shards: dict[str, Any] = {}
+        dicts = {key: state_mod.local_shards(obj.state_dict(), key, shards)
+                 for key, obj in sharded.dcp_entries(state).items()}  # fmt: skip
+        layouts = {path: _layout(tensor) for path, tensor in shards.items()}
+        snap = {"state": state_mod.stage(dicts, self._staging), "layouts": layouts}
         self._pending = self._executor.submit(self._keep, step, snap)
         return True
 
@@ -303,7 +323,7 @@ class MemoryTier:
         import torch.distributed as dist
 
         listings: list[list[Held]] = [[]] * self.world_size
-        dist.all_gather_object(listings, self.shelf.held())
+        dist.all_gather_object(listings, self.shelf.held(), group=self.group)
         holders: dict[tuple[int, int], dict[int, Held]] = {}
         for node, listing in enumerate(listings):
             for held in listing:
@@ -321,10 +341,11 @@ class MemoryTier:
         payload, problem = None, ""
         try:
             payload = self._fetch(holders[(self.rank, step)], step)
+            problem = _layout_mismatch(payload["layouts"], state)
         except CorruptCheckpointError as e:
             problem = str(e)
         failed = torch.tensor([1 if problem else 0])
-        dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self.group)
         if failed.item():
             log.warning(
                 "memory checkpoint at step %d refused (%s); restoring from the bucket",
@@ -332,7 +353,12 @@ class MemoryTier:
                 problem or "another rank's copy failed",
             )
             return None
-        state_mod.load(state, payload, f"the memory tier's step {step} of rank {self.rank}")
+        where = f"the memory tier's step {step} of rank {self.rank}"
+        entries = sharded.dcp_entries(state)
+        live = {key: obj.state_dict() for key, obj in entries.items()}
+        saved = {key: _placed(value, live.get(key), key, payload["layouts"], where)
+                 for key, value in payload["state"].items()}  # fmt: skip
+        state_mod.load(entries, saved, where)
         return step
 
     def _fetch(self, copies: dict[int, Held], step: int) -> Any:
@@ -413,18 +439,61 @@ def ranks_per_node(world_size: int, every: int) -> int:
     return local
 
 
-def _refuse_sharded(state: Mapping[str, Any]) -> None:
-    """The memory tier keeps each rank's state whole, as torch.save writes it: a sharded tensor
-    (DTensor, as FSDP and tensor parallelism keep parameters) is refused, naming where it is."""
+def _layout(tensor: Any) -> str:
+    """What places a DTensor's local shard: global shape, placements, mesh, place in the mesh."""
+    mesh = tensor.device_mesh
+    return (f"{list(tensor.shape)} as {list(tensor.placements)} over a mesh of "
+            f"{list(mesh.shape)} at {list(mesh.get_coordinate() or ())}")  # fmt: skip
+
+
+def _layout_mismatch(saved: dict[str, str], state: Mapping[str, Any]) -> str:
+    """How a snapshot's DTensor layouts differ from the live state's; empty when they match.
+    Optimizers are left out: their state follows their parameters', and reading a fresh one's
+    would initialise it."""
+    shards: dict[str, Any] = {}
+    keys = set()
+    for key, obj in state_mod.stateful_items(state).items():
+        if not isinstance(obj, torch.optim.Optimizer):
+            keys.add(key)
+            state_mod.local_shards(obj.state_dict(), key, shards)
+    live = {path: _layout(tensor) for path, tensor in shards.items()}
+    saved = {path: layout for path, layout in saved.items() if path.split("/")[0] in keys}
+    for path in sorted(saved.keys() | live.keys()):
+        if saved.get(path) != live.get(path):
+            return (f"it holds {path} {saved.get(path, 'unsharded')}, this run "
+                    f"{live.get(path, 'unsharded')}")  # fmt: skip
+    return ""
+
+
+def _placed(saved: Any, live: Any, path: str, layouts: dict[str, str], where: str) -> Any:
+    """A snapshot's state dict with each local shard copied, in place, into the live DTensor at
+    its path, which stands in its place."""
     from torch.distributed.tensor import DTensor
 
-    for key, obj in state_mod.stateful_items(state).items():
-        for path, value in state_mod.leaves(obj.state_dict(), key):
-            if isinstance(value, DTensor):
-                raise ConfigError(
-                    f"state[{key!r}] holds a sharded DTensor at {path}: the memory tier keeps "
-                    "replicated (DDP) states only; unset SPOTSAFE_MEMORY_EVERY_STEPS"
-                )
+    if path in layouts:
+        if not isinstance(live, DTensor) or _layout(live) != layouts[path]:
+            raise StateMismatchError(
+                f"checkpoint {where} holds {path} {layouts[path]}, which does not fit the state "
+                "to restore into"
+            )
+        with torch.no_grad():  # a parameter's shard too
+            live.to_local().copy_(saved)
+        return live
+    if isinstance(saved, dict):
+        return {k: _placed(v, _child(live, k), f"{path}/{k}", layouts, where)
+                for k, v in saved.items()}  # fmt: skip
+    if isinstance(saved, list | tuple):
+        return type(saved)(_placed(v, _child(live, i), f"{path}/{i}", layouts, where)
+                           for i, v in enumerate(saved))  # fmt: skip
+    return saved
+
+
+def _child(live: Any, key: Any) -> Any:
+    """live[key], or None where live has no such entry."""
+    try:
+        return live[key]
+    except (KeyError, IndexError, TypeError):
+        return None
 
 
 def _saving(snap: dict[str, Any]) -> Any:

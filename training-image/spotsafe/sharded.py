@@ -1,8 +1,10 @@
 """Sharded state through torch.distributed.checkpoint, under the same manifest and commit.
 
-A save blocks training only while every rank copies its shard into host staging buffers (DCP's
-``DefaultStager``, buffers reused from save to save, pinned when CUDA is present): one staged
-copy of the rank's shard per save in flight. The rest runs on the Checkpointer's save thread,
+A save blocks training only while every rank copies its shard into host staging buffers (each
+DTensor's local shard copied as any tensor is, by spotsafe.state.stage: buffers reused from save
+to save, pinned when CUDA is present; then wrapped in the DTensor's own mesh and placements,
+where DCP's stager deep-copies that metadata, mesh included, for every DTensor at every save):
+one staged copy of the rank's shard per save in flight. The rest runs on the save thread,
 on a process group of its own so it never meets the training's collectives: DCP serialises
 the staged shard straight into its objects under ``step-<N>/attempt-<A>/`` (see
 spotsafe.storage.dcp_files: parts upload while later ones fill, each object's CRC32C carried on
@@ -57,50 +59,38 @@ class Writer(Protocol):
 
 
 class ShardedSaves:
-    """A writer's background sharded saves: their process group and one stager per slot."""
+    """A writer's background sharded saves: their process group and one set of staging buffers
+    per slot."""
 
     def __init__(self, ckpt: Writer, max_in_flight: int) -> None:
-        import torch
         import torch.distributed as dist
-        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
         self.ckpt = ckpt
         self.group = dist.new_group(backend="gloo")  # collective: every rank builds its own
-        cuda = torch.cuda.is_available()
-        options = StagingOptions(
-            use_pinned_memory=cuda,
-            use_shared_memory=False,
-            use_async_staging=False,
-            use_non_blocking_copy=cuda,
-        )
-        self._free = [DefaultStager(options) for _ in range(max_in_flight)]
-        self._stagers = list(self._free)
+        self._free: list[dict[str, Any]] = [{} for _ in range(max_in_flight)]
         self._lock = threading.Lock()
 
     def stage(self, step: int, state: Mapping[str, Any], started: float) -> Callable[[], None]:
         """Copy this rank's shard to host memory now; return the rest of the save, to run on
         the save thread."""
         with self._lock:  # a slot is free: the caller waited for one
-            stager = self._free.pop()
+            staging = self._free.pop()
         try:
-            dicts = {key: obj.state_dict() for key, obj in dcp_entries(state).items()}
-            for key, value in dicts.items():
-                state_mod.check_all_restorable(value, key)
-            staged = stager.stage(dicts)
+            shards: dict[str, Any] = {}
+            dicts = {key: state_mod.local_shards(obj.state_dict(), key, shards)
+                     for key, obj in dcp_entries(state).items()}  # fmt: skip
+            staged = {key: state_mod.as_sharded(value, key, shards)
+                      for key, value in state_mod.stage(dicts, staging).items()}  # fmt: skip
         except BaseException:
-            self._give_back(stager)
+            self._give_back(staging)
             raise
-        return lambda: self._write(step, staged, stager, started)
+        return lambda: self._write(step, staged, staging, started)
 
-    def close(self) -> None:
-        for stager in self._stagers:
-            stager.close()
-
-    def _give_back(self, stager: Any) -> None:
+    def _give_back(self, staging: dict[str, Any]) -> None:
         with self._lock:
-            self._free.append(stager)
+            self._free.append(staging)
 
-    def _write(self, step: int, staged: dict, stager: Any, started: float) -> None:
+    def _write(self, step: int, staged: dict, staging: dict[str, Any], started: float) -> None:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
 
@@ -115,7 +105,7 @@ class ShardedSaves:
             try:
                 dcp.save(staged, storage_writer=ObjectWriter(files), process_group=self.group)
             finally:
-                self._give_back(stager)  # written out: the next save may stage into it
+                self._give_back(staging)  # written out: the next save may stage into it
             entries = [ObjectEntry(prefix + name, written.size, written.crc32c)
                        for name, written in sorted(files.store_kept().items())]  # fmt: skip
         except Exception as e:  # noqa: BLE001 - every rank must learn of it, then raise

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import io
 import random
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -207,25 +207,6 @@ def _advice(value: Any, name: str) -> str:
     return "store plain values (Python numbers, strings, lists, dicts, tensors)"
 
 
-def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """Every value inside a (nested) state dict that is no dict, list or tuple, with its path."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from leaves(v, f"{path}/{k}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from leaves(v, f"{path}/{i}")
-    else:
-        yield path, value
-
-
-def check_all_restorable(value: Any, path: str) -> None:
-    """check_restorable for every value inside a (nested) state dict."""
-    for where, leaf in leaves(value, path):
-        if not isinstance(leaf, torch.Tensor):
-            check_restorable(leaf, where)
-
-
 def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:
     if isinstance(value, torch.Tensor):
         buffer = staging.get(path)
@@ -242,6 +223,38 @@ def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict)
         return type(value)(_copied(v, f"{path}/{i}", staging, used) for i, v in enumerate(value))
     check_restorable(value, path)
     return copy.deepcopy(value)
+
+
+def local_shards(value: Any, path: str, found: dict[str, Any]) -> Any:
+    """A (nested) state dict with each DTensor (as FSDP and tensor parallelism keep parameters)
+    replaced by this rank's local shard, a view and no copy; each DTensor recorded in found by
+    its path."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        found[path] = value
+        return value.to_local()
+    if isinstance(value, dict):
+        return {k: local_shards(v, f"{path}/{k}", found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(local_shards(v, f"{path}/{i}", found) for i, v in enumerate(value))
+    return value
+
+
+def as_sharded(value: Any, path: str, found: Mapping[str, Any]) -> Any:
+    """local_shards undone on a copy: each local shard at a path in found wrapped in that
+    DTensor's mesh and placements (shared, not copied)."""
+    if path in found:
+        from torch.distributed.tensor import DTensor
+
+        like = found[path]
+        return DTensor.from_local(value, like.device_mesh, like.placements, run_check=False,
+                                  shape=like.shape, stride=like.stride())  # fmt: skip
+    if isinstance(value, dict):
+        return {k: as_sharded(v, f"{path}/{k}", found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(as_sharded(v, f"{path}/{i}", found) for i, v in enumerate(value))
+    return value
 
 
 def stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
@@ -267,17 +280,21 @@ def stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
 def snapshot(
     state: Mapping[str, Any], staging: dict[str, torch.Tensor] | None = None
 ) -> dict[str, Any]:
-    """A CPU copy of every state dict, independent of the live objects (training may go on).
+    """A CPU copy of every state dict, independent of the live objects (training may go on)."""
+    return stage({key: obj.state_dict() for key, obj in stateful_items(state).items()}, staging)
+
+
+def stage(
+    dicts: Mapping[str, Any], staging: dict[str, torch.Tensor] | None = None
+) -> dict[str, Any]:
+    """A CPU copy of state dicts, by key.
 
     Tensors are copied into the staging buffers of an earlier snapshot when their shapes still
     match, so a steady-state snapshot is one memcpy with no allocation or page faults.
     """
     staging = {} if staging is None else staging
     used: dict[str, torch.Tensor] = {}
-    snap = {
-        key: _copied(obj.state_dict(), key, staging, used)
-        for key, obj in stateful_items(state).items()
-    }
+    snap = {key: _copied(value, key, staging, used) for key, value in dicts.items()}
     staging.clear()
     staging.update(used)  # buffers of tensors that no longer exist are let go
     return snap

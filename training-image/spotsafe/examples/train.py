@@ -14,7 +14,9 @@ me"; the JSON then says so. A rebalance recommendation makes it save at once and
 
 Under torchrun (WORLD_SIZE > 1) every rank joins a gloo process group, reads its own data shard
 and averages gradients before each optimizer step; checkpoints are then sharded (DCP), all ranks
-stop at the same step, and rank 0 alone prints the JSON line.
+stop at the same step, and rank 0 alone prints the JSON line. With --fsdp the model and its
+optimizer state are sharded over the ranks (FSDP2's fully_shard, each layer a unit) instead of
+replicated, and FSDP averages the gradients.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class TrainConfig:
     device: str = "cpu"
     step_s: float = 0.0
     """Seconds a step lasts at least: a larger model's step, so a signal can aim at one."""
+    fsdp: bool = False
 
 
 def build_model(size: str) -> nn.Module:
@@ -91,10 +94,13 @@ def batch(
 
 
 def weights_sha256(model: nn.Module) -> str:
+    from torch.distributed.tensor import DTensor
+
     digest = hashlib.sha256()
     for name, param in model.named_parameters():
         digest.update(name.encode())
-        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
+        whole = param.full_tensor() if isinstance(param, DTensor) else param  # a collective
+        digest.update(whole.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -105,6 +111,13 @@ def make_state(cfg: TrainConfig) -> tuple[nn.Module, dict[str, Any]]:
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
     model = build_model(cfg.size).to(cfg.device)  # the same seed on every rank: same weights
+    if cfg.fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = {
         "model": model,
@@ -134,7 +147,7 @@ def train_step(cfg: TrainConfig, model: nn.Module, state: dict[str, Any]) -> Non
     optim = state["optim"]
     optim.zero_grad()
     state["scaler"].scale(loss).backward()
-    if world_size > 1:
+    if world_size > 1 and not cfg.fsdp:
         average_gradients(model, world_size)
     state["scaler"].step(optim)
     state["scaler"].update()
@@ -182,9 +195,12 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (+ local rank)"
     )
     p.add_argument("--step-s", type=float, default=0.0, help="seconds a step lasts at least")
+    p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2)")
     args = p.parse_args(argv)
     if args.steps < 0 or args.every_steps < 1 or args.step_s < 0:
         p.error("--steps must be >= 0, --every-steps >= 1 and --step-s >= 0")
+    if args.fsdp and int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        p.error("--fsdp shards the model over several ranks: run it under torchrun")
     cfg = TrainConfig(
         args.steps,
         args.checkpoint_uri,
@@ -193,6 +209,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
         args.size,
         args.device,
         args.step_s,
+        args.fsdp,
     )
     return cfg, args
 
