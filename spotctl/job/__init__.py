@@ -83,8 +83,8 @@ def command(
         MemoryTier,
         typer.Option(
             help="On 2+ nodes, also save in peers' memory between durable saves (the runtime's "
-            "memory tier, for replicated DDP states): where the plan finds it pays (auto), "
-            "wherever it applies (on), or never (off; a sharded state needs it)."
+            "memory tier): where the plan finds it pays (auto), wherever it applies (on), or "
+            "never (off)."
         ),
     ] = "auto",
     output: Annotated[

@@ -2,9 +2,8 @@
 node's tmpfs at /dev/shm and its staging buffers, added to the pod's /dev/shm and to its memory
 request and limit, which the tmpfs counts against.
 
-The runtime's memory tier keeps replicated (DDP) states, whole on every rank: a state larger
-than one GPU's memory is sharded over the GPUs, which the tier refuses, so such a run is written
-without it, as the planner plans it.
+A rank's snapshot is the whole state where one GPU holds it (DDP), else its shard (FSDP), as the
+planner plans it (`spotctl.plan.costs.rank_share`).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from components.catalog import catalog
 from components.config import StackConfig
 from components.config.capacity import allocatable
 from components.config.stack import GpuClass, Team
-from spotctl.plan.costs import MEMORY_COPIES, SHELF_COPIES
+from spotctl.plan.costs import MEMORY_COPIES, SHELF_COPIES, rank_share
 
 
 @dataclass(frozen=True)
@@ -42,28 +41,24 @@ def room(
     nodes: int,
     state_gib: float,
 ) -> Room | str:
-    """The tier's room in each of the run's pods, or why it does not apply (one node, or a state
-    no GPU of the class holds whole); its `refused` names the flags where no node of the class,
-    or the team's memory quota, holds it."""
+    """The tier's room in each of the run's pods, or why it does not apply (one node); its
+    `refused` names the flags where no node of the class, or the team's memory quota, holds
+    it."""
     types = catalog(settings.cloud).instance_types
     gpu_memory_gib = types[gpu_class.instance_types[0]].gpu_memory_gib
     if nodes < 2:
         return "one node, and the tier keeps each copy on a peer node"
-    if state_gib > gpu_memory_gib:
-        return (
-            f"it keeps replicated (DDP) states, whole on every rank, and {state_gib:g} GiB does "
-            f"not fit one {gpu_memory_gib} GiB GPU"
-        )
     ranks = max(gpus, 1)
-    added = math.ceil(MEMORY_COPIES * ranks * state_gib)
+    rank_gib, _ = rank_share(state_gib, gpu_memory_gib, nodes * ranks)
+    added = math.ceil(MEMORY_COPIES * ranks * rank_gib)
     pod_gib = gpus * gpu_class.memory_gib_per_gpu + added
-    shelf = math.ceil(SHELF_COPIES * ranks * state_gib)
+    shelf = math.ceil(SHELF_COPIES * ranks * rank_gib)
     fitting = [t for t in gpu_class.instance_types if types[t].gpus >= gpus]
     largest = max(fitting, key=lambda t: allocatable(types[t], settings.cloud).memory_mib)
     room_gib = allocatable(types[largest], settings.cloud).memory_mib / 1024
     why = (
         f"--state-gib {state_gib:g}: the memory tier keeps up to {MEMORY_COPIES} copies of each "
-        f"rank's whole state, {added} GiB a pod of {ranks} rank(s) beside its "
+        f"rank's {rank_gib:.3g} GiB, {added} GiB a pod of {ranks} rank(s) beside its "
         f"{gpus * gpu_class.memory_gib_per_gpu} GiB"
     )
     if pod_gib > room_gib:

@@ -70,9 +70,9 @@ def plan_run(
     tiers = both.memory_tier
     if memory_tier == "auto" and not tiers["pays"]:
         return alone, (
-            f"it does not pay here: a memory save blocks {tiers['memory_blocked_s']:.3g} s for "
-            f"a rank's whole state, a durable one {tiers['durable_blocked_s']:.3g} s for a node's "
-            "shard (spotctl plan shows the two tiers; --memory-tier on writes it)"
+            f"it does not pay here: badput {tiers['badput']:.3%} with both tiers against "
+            f"{tiers['durable_only_badput']:.3%} with the durable tier alone (spotctl plan shows "
+            "the two tiers; --memory-tier on writes it)"
         )
     if tier.refused:
         raise JobError(tier.refused)

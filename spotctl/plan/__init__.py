@@ -247,7 +247,7 @@ def scenario(i: Inputs) -> Scenario:
         sized = partial(measured.at if measured else costs.from_size, node_start_s=start.total_s)
     memory = _memory(i, state_gb, offer)
     if not isinstance(memory, str):
-        assumptions.update(_memory_assumptions(i, memory, offer))
+        assumptions.update(_memory_assumptions(i, state_gb, memory, offer))
     return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions, memory)
 
 
@@ -255,13 +255,7 @@ def _memory(i: Inputs, state_gb: float, offer: ClassOffer | None) -> costs.Memor
     """The memory tier's costs on a node of the job, or why it does not apply."""
     if i.nodes < 2:
         return "needs 2+ nodes: each rank's copy is kept on a peer node"
-    rank_gb = state_gb if i.memory_rank_gb is None else i.memory_rank_gb
-    if i.memory_rank_gb is None and offer and rank_gb > offer.gpu_memory_gib * costs.GB_PER_GIB:
-        return (
-            f"keeps replicated (DDP) states, whole on every rank, and {state_gb:g} GB does not "
-            f"fit one {offer.gpu_memory_gib} GiB GPU; --memory-rank-gb plans it for what a rank "
-            "holds"
-        )
+    rank_gb, _ = _rank_state(i, state_gb, offer)
     if i.peer_gbps is not None:
         peer = i.peer_gbps
     elif offer is None:
@@ -280,12 +274,22 @@ def _memory(i: Inputs, state_gb: float, offer: ClassOffer | None) -> costs.Memor
     )
 
 
-def _memory_assumptions(i: Inputs, memory: costs.MemoryCosts, offer: ClassOffer | None) -> dict:
+def _rank_state(i: Inputs, state_gb: float, offer: ClassOffer | None) -> tuple[float, str]:
+    """What one rank's memory snapshot holds, GB, and where the figure comes from."""
+    if i.memory_rank_gb is not None:
+        return i.memory_rank_gb, "--memory-rank-gb"
+    if offer is None:
+        return state_gb, "the whole state: without --class, as DDP keeps it on every rank"
+    gpu_gb = offer.gpu_memory_gib * costs.GB_PER_GIB
+    return costs.rank_share(state_gb, gpu_gb, i.nodes * offer.gpus_per_node)
+
+
+def _memory_assumptions(
+    i: Inputs, state_gb: float, memory: costs.MemoryCosts, offer: ClassOffer | None
+) -> dict:
     return {
         "memory_rank_gb": memory.rank_gb,
-        "memory_rank_gb_source": "--memory-rank-gb"
-        if i.memory_rank_gb is not None
-        else "the whole state: the memory tier keeps replicated (DDP) states, whole on every rank",
+        "memory_rank_gb_source": _rank_state(i, state_gb, offer)[1],
         "memory_ranks_per_node": memory.ranks_per_node,
         "memory_copy_gb_per_s": memory.copy_gb_per_s,
         "memory_copy_gb_per_s_source": "--memory-copy-gb-per-s"
@@ -688,12 +692,15 @@ def command(
         float | None,
         typer.Option(
             help="Memory tier (2+ nodes): GB one rank's snapshot holds (default: the whole "
-            "--state-gb, as the tier keeps replicated DDP states)."
+            "--state-gb where one GPU of --class holds it, as DDP keeps it, else its shard over "
+            "the job's GPUs, as FSDP keeps it)."
         ),
     ] = None,
     memory_copy_gb_per_s: Annotated[
         float,
-        typer.Option(help="Memory tier: GB/s of one rank's copy into host memory."),
+        typer.Option(
+            help="Memory tier: GB/s of a node's copy of its ranks' snapshots into host memory."
+        ),
     ] = costs.HOST_COPY_GB_PER_S,
     peer_gbps: Annotated[
         float | None,

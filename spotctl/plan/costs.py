@@ -25,11 +25,10 @@ DOWNLOAD_GB_PER_S = 2.0
 GB = 1e9
 GB_PER_GIB = 2**30 / GB
 
-# Per rank: the memory tier's save.
-HOST_COPY_GB_PER_S = 10.0
-"""One rank's copy of its state into host memory (GPU to pinned host memory over its own PCIe
-link, which PCIe 4.0 x16 peaks near 25 GB/s; the durable snapshot's figure), and again into the
-tmpfs."""
+# A node: the memory tier's save.
+HOST_COPY_GB_PER_S = STAGE_GB_PER_S
+"""A node's copy of its ranks' states into host memory, as the durable snapshot is planned (the
+runtime takes the same snapshot for both: spotsafe.state.snapshot), and again into the tmpfs."""
 AWS_FLOW_GBPS = 5.0
 """EC2's limit on one TCP flow between instances outside a cluster placement group (EC2 User
 Guide, "Amazon EC2 instance network bandwidth"); each local rank sends over its own flow."""
@@ -40,6 +39,16 @@ two, and one more of each while a new step is written before the oldest is dropp
 STAGING_COPIES = 1
 """The staging buffers each rank copies its state into, in the process's memory."""
 MEMORY_COPIES = SHELF_COPIES + STAGING_COPIES
+
+
+def rank_share(state: float, gpu_memory: float, ranks: int) -> tuple[float, str]:
+    """What one rank's memory snapshot holds of a run's `state` over `ranks` GPUs of
+    `gpu_memory` each (same unit), and why: the whole state where one GPU holds it (replicated,
+    as DDP keeps it), else the rank's shard (sharded, as FSDP keeps it: the tier keeps each
+    rank's local shards)."""
+    if state <= gpu_memory:
+        return state, "the whole state: it fits one GPU, replicated on every rank (DDP)"
+    return state / ranks, f"its shard: the state does not fit one GPU, sharded over {ranks} (FSDP)"
 
 
 @dataclass(frozen=True)
@@ -66,8 +75,9 @@ class MemoryCosts:
 
     @property
     def blocked_s(self) -> float:
-        """Training held for a rank's copy into its staging buffers."""
-        return self.rank_gb / self.copy_gb_per_s
+        """Training held for the node's ranks' copies into their staging buffers: for a sharded
+        state, the durable snapshot's own blocking."""
+        return self.ranks_per_node * self.rank_gb / self.copy_gb_per_s
 
     @property
     def save_s(self) -> float:

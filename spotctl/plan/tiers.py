@@ -1,7 +1,7 @@
 """The memory tier in a plan of several nodes: the two tiers planned together against the durable
-tier alone (`model.two_tiers`), from what a memory save costs (`costs.MemoryCosts`). The runtime
-keeps replicated (DDP) states only, whole on every rank, so a rank's state is by default the
-whole state.
+tier alone (`model.two_tiers`), from what a memory save costs (`costs.MemoryCosts`). A rank's
+snapshot is the whole state where one GPU holds it (DDP), else its shard (FSDP):
+`costs.rank_share`.
 """
 
 from __future__ import annotations

@@ -232,8 +232,9 @@ def test_the_intervals_are_the_planners_for_the_stack(
     plan = json.loads(out.read_text())
     tiers = plan["memory_tier"]
     assert tiers["applies"] == (nodes > 1)
-    # A one-GPU rank's whole state blocks a memory save longer than a node's shard blocks a
-    # durable one: the two tiers do not pay here, and the Job saves at the durable interval.
+    # A memory save blocks at least what the durable snapshot does, and uploads are short
+    # against the interval: the two tiers do not pay here, and the Job saves at the durable
+    # interval.
     assert not tiers.get("pays") and "SPOTSAFE_MEMORY_EVERY_STEPS" not in env
     assert env["CHECKPOINT_INTERVAL_S"] == str(round(plan["interval_s"]))
     assert env["CHECKPOINT_EVERY_STEPS"] == str(plan["interval_steps"])
@@ -279,7 +280,7 @@ def test_a_memory_tier_no_node_or_quota_holds_is_refused_naming_its_flags(stacks
     with pytest.raises(JobError) as refused:
         write(stacks, "dev", 3, memory_tier="on", state_gib=8.0)
     assert re.fullmatch(
-        r"--state-gib 8: the memory tier keeps up to 7 copies of each rank's whole state, 56 GiB "
+        r"--state-gib 8: the memory tier keeps up to 7 copies of each rank's 8 GiB, 56 GiB "
         r"a pod of 1 rank\(s\) beside its 12 GiB, more than a g5\.4xlarge node holds \(\d+ GiB\); "
         r"checkpoint less state, or pass --memory-tier off",
         str(refused.value),
@@ -297,12 +298,15 @@ def test_a_memory_tier_no_node_or_quota_holds_is_refused_naming_its_flags(stacks
     )
 
 
-def test_the_memory_tier_applies_to_replicated_states_on_several_nodes() -> None:
+def test_the_memory_tier_keeps_a_whole_state_or_each_ranks_shard_on_several_nodes() -> None:
     settings = load_config(stack_values("gcp-dev"))
     [team], [l4] = settings.teams, settings.gpu_classes
     assert room(settings, team, l4, 1, 1, 1.0).startswith("one node")
-    assert "30 GiB does not fit one 24 GiB GPU" in room(settings, team, l4, 1, 3, 30.0)
-    assert isinstance(room(settings, team, l4, 1, 3, 1.0), Room)
+    whole = room(settings, team, l4, 1, 3, 3.0)  # fits a 24 GiB GPU: replicated (DDP)
+    sharded = room(settings, team, l4, 1, 3, 30.0)  # does not: 10 GiB a rank (FSDP)
+    assert isinstance(whole, Room) and isinstance(sharded, Room)
+    assert (whole.shelf_gib, whole.memory_gib) == (6 * 3, 7 * 3)
+    assert (sharded.shelf_gib, sharded.memory_gib) == (6 * 10, 7 * 10)
 
 
 def test_an_image_outside_the_stacks_repositories_is_refused(stacks: dict) -> None:
@@ -379,7 +383,7 @@ def test_the_cli_prints_the_job_or_writes_it(stacks: dict, tmp_path: Path) -> No
     summary = printed.stderr.splitlines()[-1]
     assert summary.startswith("indexed Job team-vision/first-run: 2 nodes of 1 l4-24gb GPUs")
     assert f"checkpoint every {plan.interval_steps} steps" in summary
-    assert "; no memory tier: it does not pay here: a memory save blocks" in summary
+    assert "; no memory tier: it does not pay here: badput " in summary
     out = tmp_path / "job.yaml"
     written_out = CliRunner().invoke(app, [*BASE, "-o", str(out), *words])
     assert written_out.exit_code == 0 and written_out.stdout == ""

@@ -83,24 +83,32 @@ def test_the_memory_save_costs_what_its_inputs_say(
     assert "Two tiers" in printed and "80% of failures without a notice" in printed
 
 
-def test_a_class_states_its_network_and_a_whole_state_a_gpu_cannot_hold(tmp_path: Path) -> None:
-    # 200 GB of replicated state fits no 80 GiB GPU: the runtime's tier cannot keep it.
-    whole, printed = plan(tmp_path, *H100, "--state-gb", "200", "--job-hours", "72")
-    assert not whole["memory_tier"]["applies"]
-    assert "200 GB does not fit one 80 GiB GPU" in whole["memory_tier"]["why"]
-    assert "Memory tier: keeps replicated (DDP) states" in printed
-    # A rank's share of it, as a sharded state holds it: eight ranks a node, one flow each.
-    share, printed = plan(
-        tmp_path, *H100, "--state-gb", "200", "--job-hours", "72", "--memory-rank-gb", "6.25"
-    )
-    a, tiers = share["assumptions"], share["memory_tier"]
+def test_a_class_states_its_network_and_a_rank_keeps_its_shard(tmp_path: Path) -> None:
+    # 200 GB fits no 80 GiB GPU: sharded over 4 nodes x 8 GPUs (FSDP), 6.25 GB a rank; eight
+    # ranks a node, one flow each. A memory save blocks what the node's durable snapshot does.
+    sharded, printed = plan(tmp_path, *H100, "--state-gb", "200", "--job-hours", "72")
+    a, tiers = sharded["assumptions"], sharded["memory_tier"]
+    assert a["memory_rank_gb"] == pytest.approx(6.25)
+    assert "its shard: the state does not fit one GPU, sharded over 32" in printed
     assert (a["peer_gbps"], a["memory_ranks_per_node"], a["flow_gbps"]) == (3200, 8, 5.0)
     assert a["peer_gbps_source"] == "provider-data.yaml: p5.48xlarge's, as published"
     assert "docs.aws.amazon.com/ec2/latest/instancetypes/ac.html" in a["peer_gbps_read_from"]
-    assert tiers["memory_save_s"] == pytest.approx(2 * 6.25 / 10 + 8 * 6.25 * 8 / 40)
+    assert tiers["memory_blocked_s"] == pytest.approx(tiers["durable_blocked_s"])
+    assert tiers["memory_save_s"] == pytest.approx(2 * 8 * 6.25 / 10 + 8 * 6.25 * 8 / 40)
     assert tiers["host_memory_gb_per_node"] == pytest.approx(7 * 8 * 6.25)
+    # Uploads short against the interval: the tier's blocking outweighs what it keeps.
+    assert not tiers["pays"] and tiers["badput"] > tiers["durable_only_badput"]
+    # Uploads of 600 s and a failure in 20 node-hours: it pays.
+    slow, _ = plan(
+        tmp_path, *H100, "--state-gb", "200", "--job-hours", "72",
+        "--failures-per-hour", "0.05", "--save-s", "600",
+    )  # fmt: skip
+    tiers = slow["memory_tier"]
     assert tiers["lost_per_failure_s"] < tiers["durable_only_lost_per_failure_s"]
     assert tiers["badput"] < tiers["durable_only_badput"] and tiers["pays"]
+    # A state one GPU holds is replicated (DDP): each rank keeps it whole.
+    whole, _ = plan(tmp_path, *H100, "--state-gb", "40", "--job-hours", "72")
+    assert whole["assumptions"]["memory_rank_gb"] == pytest.approx(40)
 
 
 def test_a_memory_tier_that_survives_nothing_does_not_pay(tmp_path: Path) -> None:
