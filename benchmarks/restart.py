@@ -4,11 +4,13 @@
 
 The example trainer (spotsafe.examples.train, the drill's pods) leaves a checkpoint on the local
 S3-API server; then each trial restarts the run, as a pod does, and times its phases on the
-trainer's path: the interpreter, the imports (torch, the trainer, the runtime), the model and
-optimizer (torch.optim imports torch._dynamo on its first use), the store opened (the storage
-library, its client, the attempt claim), the restore (the Run entered) and the first step. The
-arms, interleaved trial by trial: `in-order`, a fresh process that opens the store after the
-model, as the trainer does; `overlapped`, one that opens it on a thread while the model is
+trainer's path: the interpreter, the imports (torch, the trainer, the runtime), torch._dynamo
+(every torch.optim optimizer imports it as it is built: Optimizer.add_param_group is wrapped in
+torch._disable_dynamo, whose first call imports it, and no setting or optimizer argument skips
+that), the model and optimizer, the store opened (the storage library, its client, the attempt
+claim), the restore (the Run entered) and the first step. The arms, interleaved trial by
+trial: `in-order`, a fresh process that opens the store after the model, as the trainer does;
+`overlapped`, one that opens it on a thread while torch._dynamo is imported and the model
 built; `standby`, a warm standby: a process that imported all of it and built a throwaway
 optimizer before the pod was placed, whose clock starts when it is handed the job. The table
 gives each phase's median; the last line is one JSON object with the ratio overlapped /
@@ -65,6 +67,8 @@ cfg = trainer.TrainConfig(int(sys.argv[1]), sys.argv[2], every_steps=int(sys.arg
 if mode != "in-order":
     opener = ThreadPoolExecutor(1)
     opening = opener.submit(Checkpointer, cfg.checkpoint_uri, every_steps=cfg.every_steps)
+import torch._dynamo  # what building the optimizer would import: timed on its own
+mark("torch._dynamo")
 model, state = trainer.make_state(cfg)
 mark("model and optimizer")
 if mode == "in-order":

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from spotctl.drill.config import DrillConfig
 from spotctl.drill.jobs import TRAINER, Interruption, Job, JobSpec, Run
 
 TICK_S = 0.2
+"""How often the loop looks at the cloud and the jobs; a pod's exit wakes it at once."""
 # Unexpected pod failures a Job retries (its backoffLimit) before a human has to step in.
 BACKOFF_LIMIT = 2
 
@@ -87,6 +89,7 @@ class Drill:
         self.runs: list[Run] = []
         self.notice_times, self.kill_times = self._schedule()
         self.started_at = 0.0
+        self._exited = threading.Event()  # a pod's process ended: the loop looks at once
         # (job, when it was queued) of the waits in which a spot launch already failed.
         self._dry_waits: set[tuple[str, float]] = set()
 
@@ -143,7 +146,8 @@ class Drill:
                 self._autoscale(now)
                 self._place(now)
                 on_tick(self)
-                time.sleep(TICK_S)
+                self._exited.wait(TICK_S)
+                self._exited.clear()
         finally:
             for job in self.jobs:
                 if job.run is not None:
@@ -165,7 +169,8 @@ class Drill:
                 continue
             if run.scrape(now):
                 for interruption in job.open_interruptions:
-                    interruption.resumed_at, interruption.resumed_from = now, run.resumed_from
+                    interruption.resumed_at = run.training_from or now
+                    interruption.resumed_from = run.resumed_from
                 job.open_interruptions.clear()
             if run.reap(now):
                 self._ended(job, run, now)
@@ -207,7 +212,7 @@ class Drill:
                 self.interruptions.remove(interruption)
             else:
                 # An earlier pod's: this one resumed it and finished between two scrapes.
-                interruption.resumed_at = now
+                interruption.resumed_at = run.training_from or now
                 interruption.resumed_from = (run.result or {}).get("resumed_from")
         job.open_interruptions.clear()
         self._event(now, "finished", job.name, run.node)
@@ -334,11 +339,15 @@ class Drill:
     def _start(self, job: Job, node: Node, now: float) -> None:
         node.provision(now)
         env = {**self.env, **node.trainer_env(self.config.notice_s, self.config.imds_poll_s)}
-        run = Run.launch(job.spec, node, job.uri, env, self.logs, len(job.runs) + 1, now)
+        attempt = len(job.runs) + 1
+        run = Run.launch(job.spec, node, job.uri, env, self.logs, attempt, now, self._exited)
         job.runs.append(run)
         self.runs.append(run)
         event = Event(now, "placed", job.name, node.name, f"from step {job.progress}")
-        event.waited_s = now - job.queued_at
+        # A pod killed in this look was queued when it died, a moment after the look began.
+        event.waited_s = max(0.0, now - job.queued_at)
+        for interruption in job.open_interruptions:
+            interruption.waited_s += event.waited_s
         job.queued_at = None
         self.events.append(event)
         self.on_event(event)

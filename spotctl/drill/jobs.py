@@ -8,12 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from spotsafe.goodput import POD_START, RESTORE
 from spotsafe.local.servers import free_port
 
 from spotctl.drill.cluster import Node
@@ -59,6 +61,8 @@ class Interruption:
     fitted_deadline: bool | None = None
     resumed_at: float | None = None
     resumed_from: int | None = None
+    waited_s: float = 0.0
+    """Of the time until resumed_at, how long the job waited for a node (scheduling)."""
 
     @property
     def lost_steps(self) -> int | None:
@@ -75,6 +79,7 @@ class Interruption:
             "lost_steps": self.lost_steps,
             "notice_to_durable_s": None if self.durable_at is None else self.durable_at - self.at,
             "notice_to_resume_s": None if self.resumed_at is None else self.resumed_at - self.at,
+            "waited_for_node_s": self.waited_s,
             "fitted_deadline": self.fitted_deadline,
         }
 
@@ -112,8 +117,11 @@ class Run:
         logs: Path,
         attempt: int,
         now: float,
+        exited: threading.Event,
     ) -> Run:
-        """Start the pod, placed at `now` (its process's start is part of the pod's start)."""
+        """Start the pod, placed at `now` (its process's start is part of the pod's start).
+        `exited` is set when its process ends, so the Job controller reacts at once, as a
+        watch on the pod would, rather than at its next look."""
         port = free_port()
         stem = logs / f"{spec.name}-{attempt:02d}-{node.name}"
         stdout = stem.with_suffix(".out")
@@ -121,11 +129,22 @@ class Run:
             proc = subprocess.Popen(
                 spec.argv(uri, port), stdout=out, stderr=err, env={**os.environ, **env}
             )
+        threading.Thread(target=lambda: (proc.wait(), exited.set()), daemon=True).start()
         return cls(spec, node, proc, port, stdout, now)
 
     @property
     def training(self) -> bool:
         return self.first_step_at is not None and self.ended_at is None
+
+    @property
+    def training_from(self) -> float | None:
+        """When its first step began, by the trainer's own clock: its placement, then its
+        ledger's pod start and restore; None until the ledger has them. A scrape sees the step
+        up to a tick later, a lag of the drill's and not of the pod."""
+        seen = (self.ledger or {}).get("badput_s", {})
+        if not seen.get(POD_START):
+            return None
+        return self.started_at + seen[POD_START] + seen.get(RESTORE, 0.0)
 
     def scrape(self, now: float) -> bool:
         """Read the pod's step from its metrics endpoint; True on its first step."""

@@ -8,14 +8,17 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from spotsafe.goodput import CAUSES
 
+from spotctl.drill.cluster import SPOT, Node
 from spotctl.drill.config import DrillConfig
 from spotctl.drill.harness import Drill
+from spotctl.drill.jobs import JobSpec, Run
 
 # Small enough for a shared 2-core machine; the rates make sure both kinds of preemption land
 # while the jobs train. The baseline arm's manual delay is short, so that it finishes soon.
@@ -291,6 +294,28 @@ def test_the_goals_weigh_pod_start_and_recovery(report: dict) -> None:
     pods = sum(j["restarts"] + 1 for j in report["jobs"])
     assert goals["pod_start_s_per_pod"] == pytest.approx(pod_start / pods)
     assert goals["recovery_s_mean"] == report["comparison"]["recovery_s_mean"]["platform"] > 0
+    # The restart goal is the recovery less the waits for a node, which scheduling counts.
+    resumed = [i for i in report["interruptions"] if i["notice_to_resume_s"] is not None]
+    for interruption in resumed:
+        assert 0 <= interruption["waited_for_node_s"] < interruption["notice_to_resume_s"]
+    restarts = [i["notice_to_resume_s"] - i["waited_for_node_s"] for i in resumed]
+    assert goals["restart_s_mean"] == pytest.approx(sum(restarts) / len(restarts))
+    assert 0 < goals["restart_s_mean"] <= goals["recovery_s_mean"]
+
+
+def test_a_pod_that_exits_wakes_the_job_controller_and_its_ledger_dates_its_training(
+    tmp_path: Path,
+) -> None:
+    """The controller reacts to a pod's end at once, as a watch on the pod does; a recovery ends
+    when the new pod's first step began by its own clock, not when a scrape next sees it."""
+    exited = threading.Event()
+    spec = JobSpec("job-1", seed=0, steps=1, every_steps=1, size="small", trainer="no_such_module")
+    node = Node("spot-1", SPOT, "sigterm")
+    run = Run.launch(spec, node, "s3://unused", {}, tmp_path, 1, time.time(), exited)
+    assert exited.wait(60) and run.reap(time.time()) and run.exit_code == 1
+    assert run.training_from is None  # the trainer never reached its runtime
+    run.ledger = {"goodput_s": 0.0, "badput_s": {"pod_start": 2.5, "restore": 0.25}}
+    assert run.training_from == pytest.approx(run.started_at + 2.75)
 
 
 def test_a_notice_due_with_no_job_training_strikes_none_and_a_hard_kill_waits(
