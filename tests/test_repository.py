@@ -18,8 +18,8 @@ def conflict_markers(root: Path, paths: list[str]) -> list[str]:
     for name in paths:
         try:
             text = (root / name).read_text()
-        except (UnicodeDecodeError, IsADirectoryError):
-            continue  # binary: no markers git would write as text
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue  # binary, a submodule, or deleted and not yet committed
         for match in MARKER.finditer(text):
             found.append(f"{name}:{text.count(chr(10), 0, match.start()) + 1}")
     return found
@@ -27,8 +27,8 @@ def conflict_markers(root: Path, paths: list[str]) -> list[str]:
 
 def test_no_tracked_file_holds_conflict_markers() -> None:
     tracked = subprocess.run(
-        ["git", "ls-files"], cwd=REPO, check=True, capture_output=True, text=True
-    ).stdout.split()
+        ["git", "ls-files", "-z"], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.split("\0")
     assert len(tracked) > 100, "git ls-files listed almost nothing"
     assert conflict_markers(REPO, tracked) == []
 

@@ -133,6 +133,7 @@ class Drill:
         steps, advanced_at = 0, start
         try:
             while not all(j.finished or j.failed for j in self.jobs):
+                self._exited.clear()  # before the look: an exit during it wakes the next one
                 now = time.time()
                 if sum(j.progress for j in self.jobs) > steps:
                     steps, advanced_at = sum(j.progress for j in self.jobs), now
@@ -147,7 +148,6 @@ class Drill:
                 self._place(now)
                 on_tick(self)
                 self._exited.wait(TICK_S)
-                self._exited.clear()
         finally:
             for job in self.jobs:
                 if job.run is not None:

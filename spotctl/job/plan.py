@@ -44,8 +44,8 @@ def plan_run(
 ) -> tuple[Planned, Room | str]:
     """The plan for the run, and the memory tier's room in its pods or why it has none. It is
     written where it applies and, with `memory_tier` "auto", the plan finds the two tiers'
-    badput below the durable tier's alone; "on": wherever it applies; "off": never. JobError
-    where it would be written and no node, or the team's quota, holds it."""
+    badput below the durable tier's alone and a node and the team's quota hold it; "on":
+    wherever it applies, JobError where no node, or the team's quota, holds it; "off": never."""
     gpus, gpu_class = placed.gpus_per_node, placed.gpu_class
 
     def plan(instance_type: str | None) -> Planned:
@@ -73,6 +73,11 @@ def plan_run(
             f"it does not pay here: badput {tiers['badput']:.3%} with both tiers against "
             f"{tiers['durable_only_badput']:.3%} with the durable tier alone (spotctl plan shows "
             "the two tiers; --memory-tier on writes it)"
+        )
+    if tier.refused and memory_tier == "auto":  # the plan's choice gives way; asked for, refused
+        return alone, (
+            "it would pay, but no node of the class, or the team's memory quota, holds its "
+            "copies (--memory-tier on says which)"
         )
     if tier.refused:
         raise JobError(tier.refused)

@@ -294,7 +294,7 @@ def _memory_assumptions(
         "memory_copy_gb_per_s": memory.copy_gb_per_s,
         "memory_copy_gb_per_s_source": "--memory-copy-gb-per-s"
         if i.memory_copy_gb_per_s != costs.HOST_COPY_GB_PER_S
-        else "assumed: one rank's copy into host memory, as the durable snapshot's",
+        else "assumed: a node's copy into host memory, as the durable snapshot's",
         "peer_gbps": memory.peer_gbps,
         "peer_gbps_source": "--peer-gbps"
         if i.peer_gbps is not None

@@ -27,8 +27,8 @@ GB_PER_GIB = 2**30 / GB
 
 # A node: the memory tier's save.
 HOST_COPY_GB_PER_S = STAGE_GB_PER_S
-"""A node's copy of its ranks' states into host memory, as the durable snapshot is planned (the
-runtime takes the same snapshot for both: spotsafe.state.snapshot), and again into the tmpfs."""
+"""A node's copy of its ranks' states into host memory, planned as the durable snapshot is (the
+runtime stages both the same way: spotsafe.state.stage), and again into the tmpfs."""
 AWS_FLOW_GBPS = 5.0
 """EC2's limit on one TCP flow between instances outside a cluster placement group (EC2 User
 Guide, "Amazon EC2 instance network bandwidth"); each local rank sends over its own flow."""

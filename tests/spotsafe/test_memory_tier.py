@@ -232,6 +232,8 @@ LAGGING = textwrap.dedent(
             taken.append(step)
         newest = [[], []]
         dist.all_gather_object(newest, taken[-2:])  # in step, as training's collectives keep it
+        # Where ranks took steps apart, rank 0's two newest would pass rank 1's: stop there, the
+        # moment a node loss found no step both hold. Agreed steps never get there.
         if len(newest[0]) == 2 and newest[1] and newest[0][0] > newest[1][-1]:
             break
         time.sleep(0.01)

@@ -268,14 +268,17 @@ class Checkpointer:
 
     # ---- save --------------------------------------------------------------------------------
 
+    def due_by_step(self, step: int) -> bool:
+        """Due by the step cadence: the same on every rank, unlike a cadence by time."""
+        return self.config.every_steps is not None and step % self.config.every_steps == 0
+
     def due(self, step: int) -> bool:
         c = self.config
-        by_step = c.every_steps is not None and step % c.every_steps == 0
         by_time = (
             c.every_seconds is not None
             and time.monotonic() - self._last_save_started >= c.every_seconds
         )
-        return by_step or by_time
+        return self.due_by_step(step) or by_time
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
         """Save if the step is due. A due save is skipped, not waited for, while the in-flight
@@ -287,7 +290,12 @@ class Checkpointer:
         if self._last_call is not None and step > self._last_call[0]:
             step_s = (now - self._last_call[1]) / (step - self._last_call[0])
         self._last_call = (step, now)
-        kept = self.memory is not None and self.memory.maybe_save(step, state)
+        # A step the durable cadence saves gets no memory copy too, which would block twice.
+        kept = (
+            self.memory is not None
+            and not self.due_by_step(step)
+            and self.memory.maybe_save(step, state)
+        )
         if not self.due(step):
             return kept
         if self.world_size == 1 and len(self._pending) >= self.config.max_in_flight:

@@ -342,8 +342,8 @@ class MemoryTier:
         try:
             payload = self._fetch(holders[(self.rank, step)], step)
             problem = _layout_mismatch(payload["layouts"], state)
-        except CorruptCheckpointError as e:
-            problem = str(e)
+        except Exception as e:  # noqa: BLE001 - one rank's failure is every rank's, agreed below
+            problem = str(e) or type(e).__name__
         failed = torch.tensor([1 if problem else 0])
         dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self.group)
         if failed.item():
@@ -448,8 +448,8 @@ def _layout(tensor: Any) -> str:
 
 def _layout_mismatch(saved: dict[str, str], state: Mapping[str, Any]) -> str:
     """How a snapshot's DTensor layouts differ from the live state's; empty when they match.
-    Optimizers are left out: their state follows their parameters', and reading a fresh one's
-    would initialise it."""
+    Optimizers are left out: their state is laid out as their parameters are, and reading a
+    fresh one's state dict initialises it, so it is read only once the ranks have agreed."""
     shards: dict[str, Any] = {}
     keys = set()
     for key, obj in state_mod.stateful_items(state).items():

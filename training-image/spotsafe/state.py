@@ -243,13 +243,12 @@ def local_shards(value: Any, path: str, found: dict[str, Any]) -> Any:
 
 def as_sharded(value: Any, path: str, found: Mapping[str, Any]) -> Any:
     """local_shards undone on a copy: each local shard at a path in found wrapped in that
-    DTensor's mesh and placements (shared, not copied)."""
+    DTensor's spec (mesh, placements, global shape; shared, not copied). Wrapped as it is, where
+    it is: DTensor.from_local would move a staged host copy back to the mesh's GPU."""
     if path in found:
         from torch.distributed.tensor import DTensor
 
-        like = found[path]
-        return DTensor.from_local(value, like.device_mesh, like.placements, run_check=False,
-                                  shape=like.shape, stride=like.stride())  # fmt: skip
+        return DTensor(value, found[path]._spec, requires_grad=False)
     if isinstance(value, dict):
         return {k: as_sharded(v, f"{path}/{k}", found) for k, v in value.items()}
     if isinstance(value, list | tuple):
