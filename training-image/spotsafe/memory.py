@@ -355,8 +355,11 @@ class MemoryTier:
             return None
         where = f"the memory tier's step {step} of rank {self.rank}"
         entries = sharded.dcp_entries(state)
-        live = {key: obj.state_dict() for key, obj in entries.items()}
-        saved = {key: _placed(value, live.get(key), key, payload["layouts"], where)
+        live: dict[str, Any] = {}  # the live DTensors by path
+        for key, obj in entries.items():
+            state_mod.local_shards(obj.state_dict(), key, live)
+        placed = _placer(live, payload["layouts"], where)
+        saved = {key: state_mod.rebuilt(value, key, placed)
                  for key, value in payload["state"].items()}  # fmt: skip
         state_mod.load(entries, saved, where)
         return step
@@ -465,35 +468,24 @@ def _layout_mismatch(saved: dict[str, str], state: Mapping[str, Any]) -> str:
     return ""
 
 
-def _placed(saved: Any, live: Any, path: str, layouts: dict[str, str], where: str) -> Any:
-    """A snapshot's state dict with each local shard copied, in place, into the live DTensor at
-    its path, which stands in its place."""
-    from torch.distributed.tensor import DTensor
+def _placer(live: dict[str, Any], layouts: dict[str, str], where: str) -> Any:
+    """How a snapshot's value at a path is placed: a local shard copied, in place, into the live
+    DTensor at its path, which stands in its place; any other value as it is."""
 
-    if path in layouts:
-        if not isinstance(live, DTensor) or _layout(live) != layouts[path]:
+    def placed(saved: Any, path: str) -> Any:
+        if path not in layouts:
+            return saved
+        target = live.get(path)
+        if target is None or _layout(target) != layouts[path]:
             raise StateMismatchError(
                 f"checkpoint {where} holds {path} {layouts[path]}, which does not fit the state "
                 "to restore into"
             )
         with torch.no_grad():  # a parameter's shard too
-            live.to_local().copy_(saved)
-        return live
-    if isinstance(saved, dict):
-        return {k: _placed(v, _child(live, k), f"{path}/{k}", layouts, where)
-                for k, v in saved.items()}  # fmt: skip
-    if isinstance(saved, list | tuple):
-        return type(saved)(_placed(v, _child(live, i), f"{path}/{i}", layouts, where)
-                           for i, v in enumerate(saved))  # fmt: skip
-    return saved
+            target.to_local().copy_(saved)
+        return target
 
-
-def _child(live: Any, key: Any) -> Any:
-    """live[key], or None where live has no such entry."""
-    try:
-        return live[key]
-    except (KeyError, IndexError, TypeError):
-        return None
+    return placed
 
 
 def _saving(snap: dict[str, Any]) -> Any:

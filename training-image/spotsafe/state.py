@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import io
 import random
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -207,22 +207,14 @@ def _advice(value: Any, name: str) -> str:
     return "store plain values (Python numbers, strings, lists, dicts, tensors)"
 
 
-def _copied(value: Any, path: str, staging: dict[str, torch.Tensor], used: dict) -> Any:
-    if isinstance(value, torch.Tensor):
-        buffer = staging.get(path)
-        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
-            # Pinned host memory makes device-to-host copies fast and asynchronous-capable.
-            buffer = torch.empty(
-                value.shape, dtype=value.dtype, pin_memory=torch.cuda.is_available()
-            )
-        used[path] = buffer
-        return buffer.copy_(value.detach())
+def rebuilt(value: Any, path: str, leaf: Callable[[Any, str], Any]) -> Any:
+    """A (nested) state dict with its dicts, lists and tuples rebuilt and every other value,
+    tensors included, replaced by leaf(value, path); a path joins keys and indices with "/"."""
     if isinstance(value, dict):
-        return {k: _copied(v, f"{path}/{k}", staging, used) for k, v in value.items()}
+        return {k: rebuilt(v, f"{path}/{k}", leaf) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_copied(v, f"{path}/{i}", staging, used) for i, v in enumerate(value))
-    check_restorable(value, path)
-    return copy.deepcopy(value)
+        return type(value)(rebuilt(v, f"{path}/{i}", leaf) for i, v in enumerate(value))
+    return leaf(value, path)
 
 
 def local_shards(value: Any, path: str, found: dict[str, Any]) -> Any:
@@ -231,29 +223,25 @@ def local_shards(value: Any, path: str, found: dict[str, Any]) -> Any:
     its path."""
     from torch.distributed.tensor import DTensor
 
-    if isinstance(value, DTensor):
-        found[path] = value
-        return value.to_local()
-    if isinstance(value, dict):
-        return {k: local_shards(v, f"{path}/{k}", found) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(local_shards(v, f"{path}/{i}", found) for i, v in enumerate(value))
-    return value
+    def local(leaf: Any, at: str) -> Any:
+        if not isinstance(leaf, DTensor):
+            return leaf
+        found[at] = leaf
+        return leaf.to_local()
+
+    return rebuilt(value, path, local)
 
 
 def as_sharded(value: Any, path: str, found: Mapping[str, Any]) -> Any:
     """local_shards undone on a copy: each local shard at a path in found wrapped in that
     DTensor's spec (mesh, placements, global shape; shared, not copied). Wrapped as it is, where
     it is: DTensor.from_local would move a staged host copy back to the mesh's GPU."""
-    if path in found:
-        from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor
 
-        return DTensor(value, found[path]._spec, requires_grad=False)
-    if isinstance(value, dict):
-        return {k: as_sharded(v, f"{path}/{k}", found) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(as_sharded(v, f"{path}/{i}", found) for i, v in enumerate(value))
-    return value
+    def wrapped(leaf: Any, at: str) -> Any:
+        return DTensor(leaf, found[at]._spec, requires_grad=False) if at in found else leaf
+
+    return rebuilt(value, path, wrapped)
 
 
 def stateful_items(state: Mapping[str, Any]) -> dict[str, Stateful]:
@@ -293,7 +281,21 @@ def stage(
     """
     staging = {} if staging is None else staging
     used: dict[str, torch.Tensor] = {}
-    snap = {key: _copied(value, key, staging, used) for key, value in dicts.items()}
+
+    def copied(value: Any, path: str) -> Any:
+        if not isinstance(value, torch.Tensor):
+            check_restorable(value, path)
+            return copy.deepcopy(value)
+        buffer = staging.get(path)
+        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+            # Pinned host memory makes device-to-host copies fast and asynchronous-capable.
+            buffer = torch.empty(
+                value.shape, dtype=value.dtype, pin_memory=torch.cuda.is_available()
+            )
+        used[path] = buffer
+        return buffer.copy_(value.detach())
+
+    snap = {key: rebuilt(value, key, copied) for key, value in dicts.items()}
     staging.clear()
     staging.update(used)  # buffers of tensors that no longer exist are let go
     return snap
