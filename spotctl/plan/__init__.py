@@ -245,17 +245,18 @@ def scenario(i: Inputs) -> Scenario:
         sized = None
     else:
         sized = partial(measured.at if measured else costs.from_size, node_start_s=start.total_s)
-    memory = _memory(i, state_gb, offer)
+    rank_gb, rank_source = _rank_state(i, state_gb, offer)
+    memory = _memory(i, rank_gb, offer)
     if not isinstance(memory, str):
-        assumptions.update(_memory_assumptions(i, state_gb, memory, offer))
+        assumptions.update(_memory_assumptions(i, rank_source, memory, offer))
     return Scenario(job, spot / on_demand, state_gb, i.nodes, sized, assumptions, memory)
 
 
-def _memory(i: Inputs, state_gb: float, offer: ClassOffer | None) -> costs.MemoryCosts | str:
-    """The memory tier's costs on a node of the job, or why it does not apply."""
+def _memory(i: Inputs, rank_gb: float, offer: ClassOffer | None) -> costs.MemoryCosts | str:
+    """The memory tier's costs on a node of the job, each rank's snapshot `rank_gb`, or why it
+    does not apply."""
     if i.nodes < 2:
         return "needs 2+ nodes: each rank's copy is kept on a peer node"
-    rank_gb, _ = _rank_state(i, state_gb, offer)
     if i.peer_gbps is not None:
         peer = i.peer_gbps
     elif offer is None:
@@ -285,11 +286,11 @@ def _rank_state(i: Inputs, state_gb: float, offer: ClassOffer | None) -> tuple[f
 
 
 def _memory_assumptions(
-    i: Inputs, state_gb: float, memory: costs.MemoryCosts, offer: ClassOffer | None
+    i: Inputs, rank_source: str, memory: costs.MemoryCosts, offer: ClassOffer | None
 ) -> dict:
     return {
         "memory_rank_gb": memory.rank_gb,
-        "memory_rank_gb_source": _rank_state(i, state_gb, offer)[1],
+        "memory_rank_gb_source": rank_source,
         "memory_ranks_per_node": memory.ranks_per_node,
         "memory_copy_gb_per_s": memory.copy_gb_per_s,
         "memory_copy_gb_per_s_source": "--memory-copy-gb-per-s"
