@@ -430,7 +430,13 @@ class Flows:
         flows = []
         for pods in self.training_pods():
             team = pods.namespace
-            ranks = Flow("rank <-> rank", pods.name, pods.name, "any tcp (collectives)", "none")
+            ranks = Flow(
+                "rank <-> rank",
+                pods.name,
+                pods.name,
+                "any tcp (collectives, memory-tier copies)",
+                "none",
+            )
             self._in_cluster(ranks)
             self._policies(ranks, pods, pods, None)
             flows.append(ranks)
